@@ -1,0 +1,26 @@
+"""curi: the CURI benchmark (productive concept learning under uncertainty), generated on one
+machine from a seed. See README.md and the spec for what each part computes."""
+
+__version__ = "0.1.0"
+
+from curi.bank import BankConfig, ConceptBank, build_bank, load_bank  # noqa: E402
+from curi.concepts import Concept, parse  # noqa: E402
+from curi.errors import BankError, ConceptError, ConfigError, CuriError, SplitError  # noqa: E402
+from curi.executor import evaluate  # noqa: E402
+from curi.grammar import sample_concepts  # noqa: E402
+
+__all__ = [
+    "BankConfig",
+    "BankError",
+    "Concept",
+    "ConceptBank",
+    "ConceptError",
+    "ConfigError",
+    "CuriError",
+    "SplitError",
+    "build_bank",
+    "evaluate",
+    "load_bank",
+    "parse",
+    "sample_concepts",
+]

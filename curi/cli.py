@@ -1,0 +1,71 @@
+"""The `curi` command: `curi <subcommand> [key=value ...]`. Each subcommand is a Hydra app whose
+primary config is `conf/<subcommand>.yaml`; subcommands are found through the `curi.commands`
+entry points, so the core never imports the layers above it."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from curi.errors import CuriError
+
+__all__ = ["main", "conf_dir"]
+
+log = logging.getLogger("curi")
+
+
+def conf_dir() -> Path:
+    """The repository's `conf/` folder (the package is installed editable, as the README says)."""
+    path = Path(__file__).resolve().parent.parent / "conf"
+    if not path.is_dir():
+        raise CuriError(f"config folder not found at {path}; install curi with `pip install -e .`")
+    return path
+
+
+def _commands() -> dict:
+    return {ep.name: ep for ep in entry_points(group="curi.commands")}
+
+
+def _usage(commands: dict) -> str:
+    lines = ["usage: curi <command> [key=value ...] [--help] [-m]", "", "commands:"]
+    for name, ep in sorted(commands.items()):
+        doc = (ep.load().__doc__ or "").strip().splitlines()
+        lines.append(f"  {name:<10} {doc[0] if doc else ''}")
+    lines += ["", "`curi <command> --help` lists a command's options and config groups."]
+    return "\n".join(lines)
+
+
+def _run(name: str, fn, cfg) -> None:
+    try:
+        fn(cfg)
+    except CuriError as e:
+        print(f"curi {name}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `curi` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = _commands()
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage(commands))
+        return
+    name, rest = argv[0], argv[1:]
+    if name not in commands:
+        print(f"curi: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
+        sys.exit(2)
+    fn = commands[name].load()
+    try:
+        config_path = str(conf_dir())
+    except CuriError as e:
+        print(f"curi: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    import hydra
+
+    task = functools.partial(_run, name, fn)
+    app = hydra.main(config_path=config_path, config_name=name, version_base="1.3")(task)
+    sys.argv = [f"curi {name}"] + rest
+    app()
