@@ -126,33 +126,32 @@ def _execute_chunk(args: tuple[list[str], int, int]):
 
 
 def _run_execution(texts: list[str], bs: BitScenes, lo: int, hi: int, workers: int, progress):
+    """Execute every concept; return per-concept counts and, chunk by chunk, the indices and
+    rows of those that pass the frequency filter."""
     global _BS
     _BS = bs
     chunk = 512
     tasks = [(texts[i : i + chunk], lo, hi) for i in range(0, len(texts), chunk)]
     bar = _bar(progress, len(texts), "executing", "concept")
-    results = []
+    counts, kept = [], []
     try:
         if workers > 1 and len(tasks) > 1:
             with mp.get_context("fork").Pool(workers) as pool:
-                for res in pool.imap(_execute_chunk, tasks):
-                    results.append(res)
-                    bar.update(len(res[0]))
+                results = pool.imap(_execute_chunk, tasks)
+                for i, (c, keep, rows) in enumerate(results):
+                    counts.append(c)
+                    kept.append((keep + i * chunk, rows))
+                    bar.update(len(c))
         else:
-            for t in tasks:
-                results.append(_execute_chunk(t))
-                bar.update(len(t[0]))
+            for i, t in enumerate(tasks):
+                c, keep, rows = _execute_chunk(t)
+                counts.append(c)
+                kept.append((keep + i * chunk, rows))
+                bar.update(len(c))
     finally:
         bar.close()
         _BS = None
-    counts = np.concatenate([r[0] for r in results]) if results else np.zeros(0, np.int64)
-    keep = np.concatenate([r[1] + i * chunk for i, r in enumerate(results)]).astype(np.int64)
-    rows = (
-        np.concatenate([r[2] for r in results])
-        if results
-        else np.zeros((0, bs.num_words), np.uint64)
-    )
-    return counts, keep, rows
+    return (np.concatenate(counts) if counts else np.zeros(0, np.int64)), kept
 
 
 def _bar(progress: bool, total: int, desc: str, unit: str):
@@ -280,7 +279,15 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
 
     t = time.perf_counter()
     lo, hi = cfg.min_positives, int(np.ceil(cfg.max_fraction * cfg.num_scenes))
-    counts, keep, rows = _run_execution(texts, bs, lo, hi, workers, progress)
+    counts, chunks = _run_execution(texts, bs, lo, hi, workers, progress)
+    # Write the kept rows chunk by chunk, freeing each (no second copy of the matrix in memory).
+    keep = np.concatenate([k for k, _ in chunks]).astype(np.int64) if chunks else np.zeros(0, int)
+    with open(out / "truth.npy", "wb") as f:
+        header = {"descr": "<u8", "fortran_order": False, "shape": (len(keep), bs.num_words)}
+        np.lib.format.write_array_header_1_0(f, header)
+        while chunks:
+            f.write(np.ascontiguousarray(chunks.pop(0)[1], dtype="<u8").tobytes())
+    rows = np.load(out / "truth.npy", mmap_mode="r")
     timings["execution"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -295,7 +302,7 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     (out / "scenes").mkdir()
     for name, arr in scenes.arrays().items():
         np.save(out / "scenes" / f"{name}.npy", arr)
-    np.save(out / "truth.npy", rows)
+    del rows
     np.save(out / "eval_ids.npy", eval_ids)
     np.save(out / "eval_concepts.npy", eval_concepts)
     np.savez(

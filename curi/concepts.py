@@ -148,7 +148,7 @@ class Concept:
 
 
 def _type_error(msg: str, token: str, pos: int) -> ConceptError:
-    return ConceptError(f"{msg} at token {token!r} (position {pos})")
+    return ConceptError(f"{msg} (token {token!r} at position {pos})")
 
 
 def _unify(ta: str, tb: str, op: str, pos: int) -> str:
@@ -199,7 +199,7 @@ def parse(text: str) -> Concept:
             stack.append((Node(tok), VARIABLES[tok]))
             continue
         if tok not in _ARITY:
-            raise _type_error("unknown token", raw, pos)
+            raise ConceptError(f"unknown token {raw!r} at position {pos}; known: {VOCABULARY}")
         n = _ARITY[tok]
         if len(stack) < n:
             raise _type_error(f"operator needs {n} operand(s), found {len(stack)}", raw, pos)

@@ -1,0 +1,24 @@
+"""Shared fixtures: one tiny bank per test session (built in a few seconds)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the reference interpreter lives beside the tests
+
+from curi import BankConfig, build_bank, load_bank  # noqa: E402
+
+TINY = BankConfig(name="tiny", num_scenes=20_000, num_draws=40_000, seed=0, workers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_bank_dir(tmp_path_factory) -> Path:
+    return build_bank(TINY, tmp_path_factory.mktemp("data"), progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_bank(tiny_bank_dir):
+    return load_bank(tiny_bank_dir)

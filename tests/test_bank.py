@@ -1,0 +1,145 @@
+"""The concept bank: filters, synonyms, priors, eval set, storage, verified loading."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from reference import reference_eval
+
+from curi import BankConfig, BankError, ConfigError, build_bank, load_bank, parse
+from curi.rejection import static_rejection
+
+
+def test_truth_rows_agree_with_reference_interpreter(tiny_bank):
+    rng = np.random.default_rng(0)
+    concepts = rng.choice(len(tiny_bank), 60, replace=False)
+    scenes = rng.choice(tiny_bank.num_scenes, 150, replace=False)
+    records = tiny_bank.scene_records(scenes)
+    checked = 0
+    for i in concepts:
+        row = tiny_bank.truth(int(i))
+        for s, rec in zip(scenes, records, strict=True):
+            assert row[s] == reference_eval(tiny_bank.concepts[i], rec)
+            checked += 1
+        # positives are rare: check some of them too
+        pos = np.flatnonzero(row)[:5]
+        for s, rec in zip(pos, tiny_bank.scene_records(pos), strict=True):
+            assert reference_eval(tiny_bank.concepts[i], rec), (tiny_bank.concepts[i], s)
+    assert checked == 9000
+
+
+def test_frequency_filter_and_counts(tiny_bank):
+    n = tiny_bank.num_scenes
+    rows = np.asarray(tiny_bank.truth_words)
+    counts = np.bitwise_count(rows).sum(1)
+    np.testing.assert_array_equal(counts, tiny_bank.counts)
+    assert counts.min() > 10 and counts.max() < 0.1 * n
+    assert len(tiny_bank) >= 500
+
+
+def test_concepts_are_unique_collapsed_and_not_statically_rejected(tiny_bank):
+    assert len(set(tiny_bank.concepts)) == len(tiny_bank)
+    for text in tiny_bank.concepts:
+        c = parse(text)
+        assert c.postfix() == text
+        assert static_rejection(c) is None
+        assert (c.quantifier is None) == (not c.mentions_x)
+
+
+def test_synonym_groups_are_exactly_identical_rows(tiny_bank):
+    rows = np.asarray(tiny_bank.truth_words)
+    groups = tiny_bank.groups
+    keys = {}
+    for g, r in zip(groups, rows, strict=True):
+        keys.setdefault(g, r.tobytes())
+        assert keys[g] == r.tobytes()
+    assert len({v for v in keys.values()}) == len(keys)  # different groups, different rows
+    assert groups.max() + 1 == tiny_bank.manifest["counts"]["synonym_groups"] < len(tiny_bank)
+
+
+def test_priors_and_lengths(tiny_bank):
+    lengths = np.array([len(parse(c)) for c in tiny_bank.concepts])
+    np.testing.assert_array_equal(tiny_bank.lengths, lengths)
+    np.testing.assert_allclose(tiny_bank.log_prior, -0.2 * lengths)
+    assert (tiny_bank.pcfg_logprob < 0).all()
+
+
+def test_eval_set_holds_positives(tiny_bank):
+    assert len(tiny_bank.eval_ids) == 3 * len(tiny_bank)
+    for k in range(0, len(tiny_bank.eval_ids), 37):
+        assert tiny_bank.truth(int(tiny_bank.eval_concepts[k]))[tiny_bank.eval_ids[k]]
+
+
+def test_static_rejections():
+    assert static_rejection(parse("S-x color? red all lambda S. for-all=")) == "forall_with_S-x"
+    assert static_rejection(parse("S-x color? red all lambda S. exists=")) is None
+    assert static_rejection(parse("x size? x size? > lambda S. exists=")) == "self_comparison"
+    assert static_rejection(parse("x locationX? x locationY? = lambda S. exists=")) is None
+    assert static_rejection(parse("S color? x color? any lambda S. exists=")) == "set_contains_self"
+    assert static_rejection(parse("S-x color? x color? any lambda S. exists=")) is None
+
+
+def test_same_seed_same_bank(tiny_bank, tmp_path):
+    from conftest import TINY
+
+    again = load_bank(build_bank(TINY, tmp_path, progress=False))
+    assert again.concepts == tiny_bank.concepts
+    np.testing.assert_array_equal(np.asarray(again.truth_words), np.asarray(tiny_bank.truth_words))
+    np.testing.assert_array_equal(again.eval_ids, tiny_bank.eval_ids)
+
+
+def test_manifest_and_reuse(tiny_bank_dir):
+    m = json.loads((tiny_bank_dir / "manifest.json").read_text())
+    assert m["counts"]["concepts"] == len(load_bank(tiny_bank_dir))
+    assert set(m["timings_s"]) == {
+        "scenes",
+        "sampling",
+        "rejection",
+        "execution",
+        "filtering",
+        "writing",
+    }
+    assert "truth.npy" in m["files"]
+
+
+def test_missing_corrupt_and_mismatched_banks(tiny_bank_dir, tmp_path):
+    with pytest.raises(BankError, match="bank not found.*curi bank"):
+        load_bank(tmp_path / "nowhere")
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_bank_dir, copy)
+    with open(copy / "concepts.txt", "a") as f:
+        f.write("x color? red = lambda S. exists=\n")
+    with pytest.raises(BankError, match="corrupt"):
+        load_bank(copy)
+    (copy / "manifest.json").unlink()
+    with pytest.raises(BankError, match="no manifest"):
+        load_bank(copy)
+    from conftest import TINY
+
+    other = BankConfig(**{**TINY.__dict__, "num_scenes": 12345})
+    with pytest.raises(BankError, match=r"different bank.*num_scenes"):
+        build_bank(other, tiny_bank_dir.parent, progress=False)
+
+
+def test_interrupted_build_leaves_nothing_that_loads(tmp_path, monkeypatch):
+    import curi.bank as bank_mod
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bank_mod, "_synonym_groups", boom)
+    cfg = BankConfig(name="small", num_scenes=2000, num_draws=2000, workers=1)
+    with pytest.raises(KeyboardInterrupt):
+        build_bank(cfg, tmp_path, progress=False)
+    assert not (tmp_path / "small").exists()
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    assert len(load_bank(build_bank(cfg, tmp_path, progress=False))) > 0
+
+
+def test_bad_config_is_a_clear_error():
+    with pytest.raises(ConfigError, match="unknown bank option"):
+        BankConfig.from_mapping({"num_scene": 10})
+    with pytest.raises(ConfigError, match="max_fraction"):
+        BankConfig.from_mapping({"max_fraction": 2.0})
