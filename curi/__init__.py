@@ -5,9 +5,11 @@ __version__ = "0.1.0"
 
 from curi.bank import BankConfig, ConceptBank, build_bank, load_bank  # noqa: E402
 from curi.concepts import Concept, parse  # noqa: E402
+from curi.episodes import Episode, EpisodeSampler  # noqa: E402
 from curi.errors import BankError, ConceptError, ConfigError, CuriError, SplitError  # noqa: E402
 from curi.executor import evaluate  # noqa: E402
 from curi.grammar import sample_concepts  # noqa: E402
+from curi.splits import Split, make_split  # noqa: E402
 
 __all__ = [
     "BankConfig",
@@ -16,11 +18,15 @@ __all__ = [
     "ConceptBank",
     "ConceptError",
     "ConfigError",
+    "Episode",
+    "EpisodeSampler",
     "CuriError",
+    "Split",
     "SplitError",
     "build_bank",
     "evaluate",
     "load_bank",
+    "make_split",
     "parse",
     "sample_concepts",
 ]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from curi.bits import popcount, select_bits, unpack_rows
+from curi.bits import num_words, pack_rows, popcount, select_bits, unpack_rows
 from curi.concepts import Concept, parse
 from curi.errors import BankError, ConfigError
 from curi.executor import BitScenes, execute
@@ -179,6 +179,27 @@ def _eval_set(rows: np.ndarray, counts: np.ndarray, per: int, seed: int):
     return ids, np.repeat(np.arange(len(rows), dtype=np.int32), per)
 
 
+def _write_transposed(rows: np.ndarray, num_scenes: int, path: Path, progress: bool) -> None:
+    """Write the scene-major bit matrix (num_scenes, ceil(H / 64)): bit i of row s is set when
+    concept i holds on scene s. Episodes and oracles read it to find, with a few word ANDs,
+    every concept that holds on a handful of scenes."""
+    n_concepts, n_words = rows.shape
+    block = 64  # words of scenes per step: (H, 4096) booleans at a time
+    bar = _bar(progress, n_words, "transposing", "word")
+    with open(path, "wb") as f:
+        shape = (num_scenes, num_words(n_concepts))
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<u8", "fortran_order": False, "shape": shape}
+        )
+        for w0 in range(0, n_words, block):
+            w1 = min(w0 + block, n_words)
+            bits = unpack_rows(np.asarray(rows[:, w0:w1]), (w1 - w0) * 64)  # (H, 64 b)
+            n_here = min((w1 - w0) * 64, num_scenes - w0 * 64)
+            f.write(pack_rows(bits[:, :n_here].T).tobytes())  # (n_here, ceil(H / 64))
+            bar.update(w1 - w0)
+    bar.close()
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -291,6 +312,10 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     timings["execution"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    _write_transposed(rows, cfg.num_scenes, out / "truth_by_scene.npy", progress)
+    timings["transposing"] = time.perf_counter() - t
+
+    t = time.perf_counter()
     kept = [texts[i] for i in keep]
     pcfg = np.array([candidates[s][0] for s in kept], np.float64)
     lengths = np.array([candidates[s][1] for s in kept], np.int16)
@@ -354,6 +379,7 @@ class ConceptBank:
         manifest: the manifest (config, counts, timings, checksums).
         concepts: canonical postfix strings, in first-draw order.
         truth_words: (H, W) uint64, bit s of row i set when concept i holds on scene s.
+        truth_by_scene: (N, ceil(H / 64)) uint64, the same bits scene-major.
         groups: (H,) synonym group ids.
         lengths: (H,) lengths in tokens.
         log_prior: (H,) unnormalised log-linear prior, -0.2 * len(h).
@@ -374,7 +400,9 @@ class ConceptBank:
         self.log_prior = meta["log_prior"]
         self.pcfg_logprob = meta["pcfg_logprob"]
         self.counts = meta["count"]
-        self.truth_words = np.load(path / "truth.npy", mmap_mode="r")
+        # Plain ndarray views of the memory maps: indexing a np.memmap is several times slower.
+        self.truth_words = np.asarray(np.load(path / "truth.npy", mmap_mode="r"))
+        self.truth_by_scene = np.asarray(np.load(path / "truth_by_scene.npy", mmap_mode="r"))
         self.eval_ids = np.load(path / "eval_ids.npy")
         self.eval_concepts = np.load(path / "eval_concepts.npy")
 
@@ -384,6 +412,10 @@ class ConceptBank:
 
     def __len__(self) -> int:
         return len(self.concepts)
+
+    def __reduce__(self):
+        # Pickle by path (for DataLoader workers): memory maps are reopened, not copied.
+        return (_reopen, (self.path,))
 
     def __repr__(self) -> str:
         return f"ConceptBank({str(self.path)!r}, concepts={len(self)}, scenes={self.num_scenes})"
@@ -414,6 +446,10 @@ class ConceptBank:
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_scenes):
             raise IndexError(f"scene ids must be in [0, {self.num_scenes})")
         return self.scenes.records(ids)
+
+
+def _reopen(path: Path) -> ConceptBank:
+    return load_bank(path, verify=False)
 
 
 def load_bank(path: str | Path, *, verify: bool = True) -> ConceptBank:

@@ -58,6 +58,22 @@ def test_synonym_groups_are_exactly_identical_rows(tiny_bank):
     assert groups.max() + 1 == tiny_bank.manifest["counts"]["synonym_groups"] < len(tiny_bank)
 
 
+def test_scene_major_matrix_is_the_transpose(tiny_bank):
+    from curi.bits import unpack_rows
+
+    by_concept = unpack_rows(np.asarray(tiny_bank.truth_words), tiny_bank.num_scenes)
+    by_scene = unpack_rows(np.asarray(tiny_bank.truth_by_scene), len(tiny_bank))
+    np.testing.assert_array_equal(by_concept.T, by_scene)
+
+
+def test_bank_pickles_by_path(tiny_bank):
+    import pickle
+
+    blob = pickle.dumps(tiny_bank)
+    assert len(blob) < 1000
+    assert pickle.loads(blob).concepts == tiny_bank.concepts
+
+
 def test_priors_and_lengths(tiny_bank):
     lengths = np.array([len(parse(c)) for c in tiny_bank.concepts])
     np.testing.assert_array_equal(tiny_bank.lengths, lengths)
@@ -97,6 +113,7 @@ def test_manifest_and_reuse(tiny_bank_dir):
         "sampling",
         "rejection",
         "execution",
+        "transposing",
         "filtering",
         "writing",
     }

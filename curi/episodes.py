@@ -1,0 +1,248 @@
+"""Few-shot episodes built on demand (spec 5): a concept drawn by its length prior, 5 + 5
+positives, and hard or easy negatives for support and query, all a pure function of
+(bank, split, subset, negatives, seed, index) and found with bit operations on the bank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from curi.bits import select_bits, unpack_rows
+from curi.errors import ConfigError
+from curi.rng import derive_rng
+from curi.splits import Split, make_split
+
+__all__ = ["Episode", "EpisodeSampler", "PAPER_SIZES", "NEGATIVES"]
+
+PAPER_SIZES = {"train": 500_000, "val": 5_000, "test": 20_000}
+NEGATIVES = ("hard", "easy")
+QUERY_NEGATIVES = ("hard", "easy", "random")
+_EXACT_MAX_ALTERNATES = 32  # above this, sample the pool by rejection instead of OR-ing rows
+_BATCH = 256  # candidate scenes per rejection round
+_MAX_ROUNDS = 16
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode. Labels are 1 for positives, 0 for negatives; positives come first.
+
+    Attributes:
+        index: the episode's index in its sampler.
+        concept: the concept's index in the bank.
+        concept_text: its canonical postfix string.
+        support_ids, support_labels, query_ids, query_labels: (25,) arrays by default.
+        support_alternates, query_alternates: concepts of the whole bank (h excluded) true on
+            all the set's positives (empty for easy negatives).
+    """
+
+    index: int
+    concept: int
+    concept_text: str
+    support_ids: np.ndarray
+    support_labels: np.ndarray
+    query_ids: np.ndarray
+    query_labels: np.ndarray
+    support_alternates: np.ndarray
+    query_alternates: np.ndarray
+    bank: object = field(repr=False, compare=False, default=None)
+
+    def support_records(self) -> list[dict]:
+        """Scene records of the support set, in order."""
+        return self.bank.scene_records(self.support_ids)
+
+    def query_records(self) -> list[dict]:
+        """Scene records of the query set, in order."""
+        return self.bank.scene_records(self.query_ids)
+
+    def to_dict(self, *, records: bool = True) -> dict:
+        """JSON-ready form (with the scene records unless `records` is False)."""
+        d = {
+            "index": self.index,
+            "concept": self.concept,
+            "concept_text": self.concept_text,
+            "support_ids": self.support_ids.tolist(),
+            "support_labels": self.support_labels.tolist(),
+            "query_ids": self.query_ids.tolist(),
+            "query_labels": self.query_labels.tolist(),
+        }
+        if records:
+            d["support_records"] = self.support_records()
+            d["query_records"] = self.query_records()
+        return d
+
+
+def _distinct(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    """k distinct integers from [0, n), in random order (k is small, n may be huge)."""
+    if k > n:
+        raise ValueError(f"cannot draw {k} distinct values from {n}")
+    if 4 * k > n:
+        return rng.permutation(n)[:k]
+    out = np.unique(rng.integers(0, n, size=2 * k))
+    while len(out) < k:
+        out = np.unique(np.concatenate([out, rng.integers(0, n, size=k)]))
+    return rng.permutation(out)[:k]
+
+
+class EpisodeSampler:
+    """Episodes of one subset of a split, built on demand: ``sampler[i]`` is episode i.
+
+    The concept and positives of episode i come from one random stream and the negatives from
+    another, so episode i has the same concept and positives with hard or easy negatives.
+
+    Args:
+        bank: a `ConceptBank`.
+        split: a `Split` or a split name (see `curi.splits.list_splits`).
+        subset: ``train``, ``val`` or ``test``.
+        negatives: ``hard`` (paper Appendix D) or ``easy`` (random scenes not satisfying h).
+        seed: the seed.
+        query_negatives: negatives of the query set: ``hard`` / ``easy`` as the support
+            (default: same as `negatives`), or ``random`` (the original release: random scenes
+            not satisfying h, whatever the support used).
+        num_positives: positives per set (5).
+        num_negatives: negatives per set (20).
+        size: number of episodes (default: paper sizes, 500,000 / 5,000 / 20,000).
+
+    Raises:
+        ConfigError: an unknown option, or a subset without concepts.
+    """
+
+    def __init__(
+        self,
+        bank,
+        split: Split | str,
+        subset: str,
+        negatives: str = "hard",
+        seed: int = 0,
+        *,
+        query_negatives: str | None = None,
+        num_positives: int = 5,
+        num_negatives: int = 20,
+        size: int | None = None,
+    ):
+        if negatives not in NEGATIVES:
+            raise ConfigError(f"negatives must be one of {NEGATIVES}, got {negatives!r}")
+        query_negatives = query_negatives or negatives
+        if query_negatives not in QUERY_NEGATIVES:
+            raise ConfigError(f"query_negatives must be one of {QUERY_NEGATIVES}")
+        self.bank = bank
+        self.split = split if isinstance(split, Split) else make_split(bank, split)
+        self.subset = subset
+        self.concepts = self.split.subset(subset)
+        if len(self.concepts) == 0:
+            raise ConfigError(f"split {self.split.name!r} has no {subset} concepts in this bank")
+        self.negatives = negatives
+        self.query_negatives = query_negatives
+        self.seed = int(seed)
+        self.num_positives = num_positives
+        self.num_negatives = num_negatives
+        self.size = PAPER_SIZES[subset] if size is None else int(size)
+        if min(bank.counts[self.concepts]) < 2 * num_positives:
+            raise ConfigError(f"some concepts have fewer than {2 * num_positives} positives")
+        w = np.exp(np.asarray(bank.log_prior, np.float64)[self.concepts])
+        self._cum = np.cumsum(w / w.sum())
+        self._tag = f"{self.split.name}:{subset}"
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeSampler(split={self.split.name!r}, subset={self.subset!r}, "
+            f"negatives={self.negatives!r}, seed={self.seed}, size={self.size})"
+        )
+
+    def __getitem__(self, i: int) -> Episode:
+        i = int(i)
+        if not 0 <= i < self.size:
+            raise IndexError(f"episode {i} out of range [0, {self.size})")
+        bank, npos = self.bank, self.num_positives
+        rng = derive_rng(self.seed, f"episode:{self._tag}", i)
+        k = min(int(np.searchsorted(self._cum, rng.random(), side="right")), len(self._cum) - 1)
+        h = int(self.concepts[k])
+        row = np.asarray(bank.truth_words[h])
+        pos = select_bits(row, _distinct(rng, int(bank.counts[h]), 2 * npos))
+        s_pos, q_pos = pos[:npos], pos[npos:]
+
+        neg_rng = derive_rng(self.seed, f"negatives:{self._tag}:{self.negatives}", i)
+        used = set(pos.tolist())
+        s_neg, s_alt = self._negatives(self.negatives, h, row, s_pos, used, neg_rng)
+        used.update(s_neg.tolist())
+        q_kind = self.query_negatives if self.query_negatives != "random" else "easy"
+        q_neg, q_alt = self._negatives(q_kind, h, row, q_pos, used, neg_rng)
+        labels = np.r_[np.ones(npos, np.int8), np.zeros(self.num_negatives, np.int8)]
+        return Episode(
+            index=i,
+            concept=h,
+            concept_text=bank.concepts[h],
+            support_ids=np.r_[s_pos, s_neg].astype(np.int64),
+            support_labels=labels,
+            query_ids=np.r_[q_pos, q_neg].astype(np.int64),
+            query_labels=labels.copy(),
+            support_alternates=s_alt,
+            query_alternates=q_alt,
+            bank=bank,
+        )
+
+    # --- negatives --------------------------------------------------------------------------
+    def _negatives(self, kind, h, row, positives, used, rng):
+        """(negative ids, alternates) for one set."""
+        if kind == "easy":
+            return self._random_not_h(row, used, self.num_negatives, rng), np.zeros(0, np.int64)
+        bank = self.bank
+        alt_words = np.bitwise_and.reduce(np.asarray(bank.truth_by_scene[np.sort(positives)]), 0)
+        alt_words[h >> 6] &= ~np.uint64(1 << (h & 63))
+        alternates = np.flatnonzero(unpack_rows(alt_words, len(bank)))
+        chosen = np.zeros(0, np.int64)
+        if len(alternates) > _EXACT_MAX_ALTERNATES:
+            chosen = self._pool_by_rejection(alt_words, row, used, rng)
+        if len(chosen) < self.num_negatives and len(alternates):
+            chosen = self._pool_exact(alternates, row, used, rng)
+        short = self.num_negatives - len(chosen)
+        if short > 0:  # the pool is too small: fill with random scenes not satisfying h
+            fill = self._random_not_h(row, used | set(chosen.tolist()), short, rng)
+            chosen = np.r_[chosen, fill]
+        return chosen.astype(np.int64), alternates
+
+    def _pool_exact(self, alternates, row, used, rng):
+        """Uniform distinct draws from the pool, computed as OR of the alternates' rows."""
+        pool = np.bitwise_or.reduce(np.asarray(self.bank.truth_words[alternates]), 0) & ~row
+        for s in used:
+            pool[s >> 6] &= ~np.uint64(1 << (s & 63))
+        size = int(np.bitwise_count(pool).sum())
+        take = min(size, self.num_negatives)
+        return select_bits(pool, _distinct(rng, size, take)) if take else np.zeros(0, np.int64)
+
+    def _pool_by_rejection(self, alt_words, row, used, rng):
+        """Uniform distinct draws from the pool: random scenes kept when they satisfy some
+        alternate and not h (same distribution as `_pool_exact`, cheaper for big pools)."""
+        bank, n = self.bank, self.bank.num_scenes
+        got: list[int] = []
+        seen = set(used)
+        for _ in range(_MAX_ROUNDS):
+            cand = rng.integers(0, n, size=_BATCH)
+            not_h = ((row[cand >> 6] >> (cand & 63).astype(np.uint64)) & np.uint64(1)) == 0
+            in_pool = (np.asarray(bank.truth_by_scene[cand]) & alt_words).any(1) & not_h
+            for c in cand[in_pool].tolist():
+                if c not in seen:
+                    seen.add(c)
+                    got.append(c)
+                    if len(got) == self.num_negatives:
+                        return np.array(got, np.int64)
+        return np.zeros(0, np.int64)  # pool too sparse for rejection: the caller goes exact
+
+    def _random_not_h(self, row, used, k, rng):
+        """k distinct random scenes that do not satisfy h and are not in `used`."""
+        n = self.bank.num_scenes
+        got: list[int] = []
+        seen = set(used)
+        while len(got) < k:
+            cand = rng.integers(0, n, size=2 * k + 8)
+            not_h = ((row[cand >> 6] >> (cand & 63).astype(np.uint64)) & np.uint64(1)) == 0
+            for c in cand[not_h].tolist():
+                if c not in seen:
+                    seen.add(c)
+                    got.append(c)
+                    if len(got) == k:
+                        break
+        return np.array(got, np.int64)
