@@ -1,0 +1,281 @@
+"""Poolers that turn a set of objects into one scene vector (spec section 8, paper Appendix F):
+masked average, concatenation, relation network and transformer, with a name registry.
+Every pooler ignores padded objects: their values, and their number, never change the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from curi.errors import ConfigError
+
+__all__ = [
+    "Pooler",
+    "AvgPooler",
+    "ConcatPooler",
+    "RelationNetPooler",
+    "TransformerPooler",
+    "mlp",
+    "get_pooler",
+    "list_poolers",
+    "register_pooler",
+]
+
+
+def mlp(dims: Sequence[int], *, batch_norm: bool = True) -> nn.Sequential:
+    """Linear layers ``dims[0] -> ... -> dims[-1]`` with (BatchNorm +) ReLU between them and a
+    plain linear output; weights Xavier-uniform, biases zero."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        layers.append(nn.Linear(a, b))
+        if i < len(dims) - 2:
+            if batch_norm:
+                layers.append(nn.BatchNorm1d(b))
+            layers.append(nn.ReLU())
+    seq = nn.Sequential(*layers)
+    _xavier(seq)
+    return seq
+
+
+def _xavier(module: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every Linear in `module` (paper Appendix E)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def _masked(x: Tensor, mask: Tensor) -> Tensor:
+    """x with padded rows set to zero (where(), so NaN or inf in padding cannot leak)."""
+    return torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+class Pooler(nn.Module):
+    """Contract of a pooler: ``forward(objects (B, K, D), mask (B, K), positions (B, K, P) or
+    None) -> (B, out_dim)``. Padded objects (mask False) do not influence the output, in train
+    or eval mode. Built with keyword options ``in_dim`` (D), ``num_objects`` (K), ``pos_dim``
+    (P, 0 without positions) and ``out_dim``."""
+
+    out_dim: int
+
+    def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def _with_positions(objects: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
+        """(B, K, D + P): objects and absolute positions, padding zeroed."""
+        x = objects if positions is None else torch.cat([objects, positions], dim=-1)
+        return _masked(x, mask)
+
+
+_POOLERS: dict[str, type[Pooler]] = {}
+_ALIASES = {"avg_pool": "avg", "gap": "avg", "rel_net": "relation_net", "trnsf": "transformer"}
+
+
+def register_pooler(name: str) -> Callable[[type[Pooler]], type[Pooler]]:
+    """Class decorator that makes a pooler available to `get_pooler` under `name`."""
+
+    def wrap(cls: type[Pooler]) -> type[Pooler]:
+        _POOLERS[name] = cls
+        return cls
+
+    return wrap
+
+
+def list_poolers() -> list[str]:
+    """Names of the registered poolers, sorted."""
+    return sorted(_POOLERS)
+
+
+def get_pooler(name: str, **kwargs) -> Pooler:
+    """Build a registered pooler by name (``avg``, ``concat``, ``relation_net``,
+    ``transformer``; ``-`` and ``_`` are interchangeable; the original release's names
+    ``gap``, ``rel_net``, ``trnsf`` are accepted).
+
+    Raises:
+        ConfigError: unknown name.
+    """
+    key = name.replace("-", "_").lower()
+    key = _ALIASES.get(key, key)
+    if key not in _POOLERS:
+        raise ConfigError(f"unknown pooler {name!r}; choose one of {list_poolers()}")
+    return _POOLERS[key](**kwargs)
+
+
+@register_pooler("avg")
+class AvgPooler(Pooler):
+    """Mean over real objects (with their absolute positions), then an MLP
+    in -> 256 -> 512 -> 384 -> out with BatchNorm and ReLU."""
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        num_objects: int,
+        pos_dim: int = 0,
+        out_dim: int = 256,
+        hidden: Sequence[int] = (256, 512, 384),
+    ) -> None:
+        super().__init__()
+        self.out_dim = out_dim
+        self.mlp = mlp([in_dim + pos_dim, *hidden, out_dim])
+
+    def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
+        x = self._with_positions(objects, mask, positions)  # (B, K, D + P)
+        n = mask.sum(1, keepdim=True).clamp(min=1).to(x.dtype)  # (B, 1)
+        return self.mlp(x.sum(1) / n)  # (B, out)
+
+
+@register_pooler("concat")
+class ConcatPooler(Pooler):
+    """Concatenation of the K object slots (padding zeroed), then an MLP
+    K * D -> 256 -> 512 -> 256 -> out. Positions are implicit in the fixed slot order."""
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        num_objects: int,
+        pos_dim: int = 0,
+        out_dim: int = 256,
+        hidden: Sequence[int] = (256, 512, 256),
+    ) -> None:
+        super().__init__()
+        self.out_dim = out_dim
+        self.num_objects = num_objects
+        self.mlp = mlp([num_objects * in_dim, *hidden, out_dim])
+
+    def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
+        if objects.shape[1] != self.num_objects:
+            raise ValueError(
+                f"concat pooler was built for {self.num_objects} objects, got {objects.shape[1]}"
+            )
+        x = _masked(objects, mask)  # (B, K, D)
+        return self.mlp(x.flatten(1))  # (B, K * D) -> (B, out)
+
+
+@register_pooler("relation_net")
+class RelationNetPooler(Pooler):
+    """Relation network (Santoro et al. 2017): g over every ordered pair (i, j) of real
+    objects (self-pairs included) of ``[o_i, o_j, p_j - p_i]``, summed, then f.
+
+    g has 4 layers of 256 (BatchNorm + ReLU), f is 256 -> 256 -> out; Xavier init. The relative
+    position ``p_j - p_i`` comes from each object's own normalised coordinates (the original
+    computed grid offsets with the wrong row length). The first layer of g is linear, so it is
+    evaluated per object (``W [o_i, o_j, p_j - p_i] = (W_1 o_i - W_3 p_i) + (W_2 o_j + W_3 p_j)``)
+    and broadcast over pairs: exact, and K times cheaper than building the pair tensor.
+    BatchNorm statistics in g are taken over real pairs only.
+    """
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        num_objects: int,
+        pos_dim: int = 0,
+        out_dim: int = 256,
+        g_dim: int = 256,
+        g_layers: int = 4,
+        f_hidden: Sequence[int] = (256, 256),
+    ) -> None:
+        super().__init__()
+        if g_layers < 2:
+            raise ConfigError(f"relation-net g needs at least 2 layers, got {g_layers}")
+        self.out_dim = out_dim
+        self.in_dim, self.pos_dim, self.g_dim = in_dim, pos_dim, g_dim
+        self.g_in = nn.Linear(2 * in_dim + pos_dim, g_dim)
+        rest: list[nn.Module] = [nn.BatchNorm1d(g_dim), nn.ReLU()]
+        for i in range(g_layers - 1):
+            rest.append(nn.Linear(g_dim, g_dim))
+            if i < g_layers - 2:
+                rest.append(nn.BatchNorm1d(g_dim))
+            rest.append(nn.ReLU())
+        self.g_rest = nn.Sequential(*rest)
+        self.f = mlp([g_dim, *f_hidden, out_dim])
+        _xavier(self)
+
+    def first_layer(self, objects: Tensor, positions: Tensor | None) -> Tensor:
+        """(B, K, K, g_dim): g's first linear layer on every pair ``[o_i, o_j, p_j - p_i]``."""
+        d = self.in_dim
+        w, bias = self.g_in.weight, self.g_in.bias  # (H, 2D + P), (H,)
+        left = objects @ w[:, :d].T + bias  # (B, K, H), the term of o_i
+        right = objects @ w[:, d : 2 * d].T  # (B, K, H), the term of o_j
+        if self.pos_dim:
+            if positions is None or positions.shape[-1] != self.pos_dim:
+                raise ValueError(f"relation-net was built for {self.pos_dim}-d positions")
+            wp = positions @ w[:, 2 * d :].T  # (B, K, H)
+            left, right = left - wp, right + wp
+        return left[:, :, None, :] + right[:, None, :, :]  # (B, K, K, H)
+
+    def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
+        b, k, _ = objects.shape
+        objects = _masked(objects, mask)
+        if positions is not None:
+            positions = _masked(positions, mask)
+        h = self.first_layer(objects, positions)  # (B, K, K, H)
+        pair = mask[:, :, None] & mask[:, None, :]  # (B, K, K)
+        if bool(pair.all()):
+            rel = self.g_rest(h.reshape(b * k * k, self.g_dim))  # (B * K * K, H)
+            # Sum in float32: up to K * K = 6400 terms would overflow float16 under autocast.
+            summed = rel.reshape(b, k * k, self.g_dim).sum(1, dtype=torch.float32)  # (B, H)
+        else:
+            # Only real pairs enter g, so BatchNorm never sees padding.
+            rel = self.g_rest(h[pair])  # (N_pairs, H)
+            owner = torch.arange(b, device=h.device)[:, None, None].expand(b, k, k)[pair]
+            summed = torch.zeros(b, self.g_dim, device=h.device)  # (B, H), float32
+            summed.index_add_(0, owner, rel.float())
+        return self.f(summed)  # (B, out)
+
+
+@register_pooler("transformer")
+class TransformerPooler(Pooler):
+    """Transformer encoder (4 layers, 2 heads, feed-forward 512, key padding mask) over the
+    objects (with absolute positions, linearly projected to ``d_model``), then the
+    concatenation of masked max, min, sum and mean over real objects, linear to out
+    (read-out after Wang et al. 2019)."""
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        num_objects: int,
+        pos_dim: int = 0,
+        out_dim: int = 256,
+        d_model: int = 128,
+        num_layers: int = 4,
+        num_heads: int = 2,
+        dim_feedforward: int = 512,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        if d_model % num_heads:
+            raise ConfigError(f"d_model {d_model} must be divisible by num_heads {num_heads}")
+        self.out_dim = out_dim
+        self.proj = nn.Linear(in_dim + pos_dim, d_model)
+        layer = nn.TransformerEncoderLayer(
+            d_model, num_heads, dim_feedforward, dropout=dropout, batch_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.readout = nn.Linear(4 * d_model, out_dim)
+        _xavier(self)
+
+    def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
+        x = self.proj(self._with_positions(objects, mask, positions))  # (B, K, E)
+        has_any = mask.any(1, keepdim=True)  # (B, 1)
+        # A scene without objects would make attention all -inf (NaN); let it attend to its
+        # (zeroed) slots instead; the read-out below still ignores them.
+        pad = ~mask & has_any  # (B, K), True = ignored key
+        h = self.encoder(x, src_key_padding_mask=pad)  # (B, K, E)
+        m = mask[..., None]  # (B, K, 1)
+        big = torch.finfo(h.dtype).max
+        hmax = torch.where(m, h, -big).amax(1)  # (B, E)
+        hmin = torch.where(m, h, big).amin(1)  # (B, E)
+        hsum = torch.where(m, h, 0.0).sum(1)  # (B, E)
+        hmean = hsum / mask.sum(1, keepdim=True).clamp(min=1).to(h.dtype)
+        feats = torch.cat([hmax, hmin, hsum, hmean], dim=-1)  # (B, 4E)
+        feats = torch.where(has_any, feats, 0.0)
+        return self.readout(feats)  # (B, out)

@@ -1,0 +1,260 @@
+"""Episode metrics of CURI (spec section 6): step-wise average precision and class-balanced
+accuracy, for one episode or vectorised over many (rows = episodes, columns = scenes)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "average_precision",
+    "average_precision_batch",
+    "class_balanced_accuracy",
+    "class_balanced_accuracy_batch",
+    "pooled_class_balanced_accuracy",
+]
+
+# Elements (rows x columns) handled at once by the batched AP: 8 to about 30 bytes of scratch
+# each. Small chunks stay in cache: on a 2-core Xeon, 2^17-2^18 elements ran about 1.4x faster
+# than 2^21-2^22.
+DEFAULT_MAX_ELEMENTS = 1 << 18
+_LITTLE = sys.byteorder == "little"  # where the lowest byte of a uint64 lies
+
+
+def _as_2d(scores: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Check shapes (not values) of a batch; values are checked chunk by chunk."""
+    s, y = np.asarray(scores), np.asarray(labels)
+    if s.ndim != 2 or y.ndim != 2:
+        raise ValueError(
+            f"expected 2-D (episodes, scenes) scores and labels, got shapes {s.shape} and {y.shape}"
+        )
+    if s.shape != y.shape:
+        raise ValueError(f"scores {s.shape} and labels {y.shape} must have the same shape")
+    if s.shape[1] == 0:
+        raise ValueError("each episode needs at least one scored scene (got 0 columns)")
+    return s, y
+
+
+def _labels(y: np.ndarray) -> np.ndarray:
+    """A chunk of labels as bool; only booleans or the numbers 0 and 1 are accepted."""
+    if y.dtype == np.bool_:
+        return y
+    if not ((y == 0) | (y == 1)).all():
+        raise ValueError("labels must be booleans or 0/1")
+    return y != 0
+
+
+def _sorted_keys(s: np.ndarray, y: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """Sort each row of a chunk into keys ``2 * v + label``, ascending.
+
+    ``v`` is an integer that increases with the score and is equal exactly for equal scores,
+    so equal scores form one run of keys in which the positives follow the negatives.
+    Validates the chunk.
+
+    Args:
+        s: (C, M) scores.
+        y: (C, M) labels.
+        buf: (>= C, M) uint64 scratch, reused across chunks.
+
+    Returns:
+        (C, M) uint64 keys, a view of `buf`, each row sorted.
+    """
+    c = s.shape[0]
+    key = buf[:c]
+    vals = key.view(np.float64)
+    np.add(s, 0.0, out=vals)  # float64 copy; -0.0 + 0.0 == +0.0, so the two zeros tie
+    y = _labels(y)
+    if (vals >= 0).all():
+        # Fast path (probabilities): the bits of a non-negative double, read as an integer,
+        # sort like the double and fit in 63 bits, so the label rides in the lowest bit and
+        # one integer sort orders both (an argsort plus gathers is about twice as slow).
+        key <<= np.uint64(1)
+        key |= y
+        key.sort(axis=1)
+        return key
+    if np.isnan(vals).any():
+        raise ValueError("scores contain NaN; every scene needs a score")
+    # General path (negative scores): replace each score by its dense rank, then as above.
+    order = np.argsort(vals, axis=1)  # (C, M)
+    sv = np.take_along_axis(vals, order, axis=1)
+    grp = np.zeros(sv.shape, dtype=np.uint64)
+    np.cumsum(sv[:, 1:] != sv[:, :-1], axis=1, out=grp[:, 1:])
+    key[...] = (grp << np.uint64(1)) | np.take_along_axis(y, order, axis=1)
+    key.sort(axis=1)
+    return key
+
+
+def _ap_keys(key: np.ndarray) -> np.ndarray:
+    """AP of each row of sorted keys (see `_sorted_keys`); NaN for rows without positives.
+
+    Only the groups holding positives contribute: for such a group g, starting at position
+    a_g, with n_g positives and r_g positives below it, the threshold at g has precision
+    (P - r_g) / (M - a_g) and raises the recall by n_g / P.
+    """
+    c, m = key.shape
+    flat = key.reshape(-1)
+    low = key.view(np.uint8).reshape(c, m, 8)[:, :, 0 if _LITTLE else 7]  # (C, M) lowest bytes
+    f = np.flatnonzero(low & np.uint8(1))  # flat positions of the positives, row by row, ascending
+    row = f // m
+    n_pos = np.bincount(row, minlength=c)  # (C,) P per row
+    first_of_row = np.concatenate(([0], np.cumsum(n_pos)[:-1]))
+    pk = flat[f]
+    # positives of one group carry identical keys and sit next to each other
+    run = np.ones(f.size, dtype=bool)
+    run[1:] = (pk[1:] != pk[:-1]) | (row[1:] != row[:-1])
+    g = np.flatnonzero(run)  # index (among positives) of each group's first positive
+    n_g = np.diff(np.append(g, f.size))
+    g_row, g_pos, g_key = row[g], f[g], pk[g]
+    r_g = g - first_of_row[g_row]
+    a_g = g_pos - g_row * m  # column of the first positive: the group's start unless ...
+    # ... negatives of the same score (key - 1) precede it: then search the row for the start.
+    tied = a_g > 0
+    tied[tied] = flat[g_pos[tied] - 1] == g_key[tied] - np.uint64(1)
+    if tied.any():
+        t = np.flatnonzero(tied)
+        for part in np.split(t, np.flatnonzero(np.diff(g_row[t])) + 1):  # one row at a time
+            a_g[part] = np.searchsorted(key[g_row[part[0]]], g_key[part] - np.uint64(1))
+    contrib = n_g * (n_pos[g_row] - r_g) / (m - a_g)
+    num = np.bincount(g_row, weights=contrib, minlength=c)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_pos > 0, num / n_pos, np.nan)
+
+
+def average_precision_batch(
+    scores: ArrayLike, labels: ArrayLike, *, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> np.ndarray:
+    """Average precision of every row (episode) of a score matrix.
+
+    The step-wise definition of scikit-learn's ``average_precision_score``:
+    ``AP = sum_n (R_n - R_{n-1}) P_n`` over the distinct score thresholds, from the highest
+    down; scenes with equal scores form one threshold, so all-equal scores give the positive
+    rate. Rows are sorted once each, in chunks of about `max_elements` elements so memory stays
+    bounded whatever the number of rows (the inputs may be memory-mapped).
+
+    Args:
+        scores: (E, M) scores, higher meaning more likely positive; any real numbers but NaN
+            (non-negative scores take a faster path).
+        labels: (E, M) booleans or 0/1, true where the scene satisfies the episode's concept.
+        max_elements: elements processed at once (8 to about 30 bytes of scratch each).
+
+    Returns:
+        (E,) float64 average precisions; NaN for a row without positives (AP is undefined).
+
+    Raises:
+        ValueError: shapes differ or are not 2-D, no columns, NaN scores, labels other than
+            0/1, or `max_elements` < 1.
+    """
+    s, y = _as_2d(scores, labels)
+    if max_elements < 1:
+        raise ValueError(f"max_elements must be at least 1, got {max_elements}")
+    rows = max(1, min(s.shape[0], max_elements // s.shape[1]))
+    buf = np.empty((rows, s.shape[1]), dtype=np.uint64)  # reused: no page faults per chunk
+    out = np.empty(s.shape[0], dtype=np.float64)
+    for start in range(0, s.shape[0], rows):
+        stop = start + rows
+        out[start:stop] = _ap_keys(_sorted_keys(s[start:stop], y[start:stop], buf))
+    return out
+
+
+def average_precision(scores: ArrayLike, labels: ArrayLike) -> float:
+    """Average precision of one episode (see `average_precision_batch`).
+
+    Args:
+        scores: (M,) scores.
+        labels: (M,) booleans or 0/1.
+
+    Returns:
+        The AP; NaN when there is no positive.
+
+    Raises:
+        ValueError: as `average_precision_batch`, or inputs that are not 1-D.
+    """
+    s, y = np.asarray(scores), np.asarray(labels)
+    if s.ndim != 1 or y.ndim != 1:
+        raise ValueError(f"expected 1-D scores and labels, got shapes {s.shape} and {y.shape}")
+    return float(average_precision_batch(s[None], y[None])[0])
+
+
+def _confusion(
+    scores: ArrayLike, labels: ArrayLike, threshold: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row true positives, positives, true negatives and negatives at `threshold`."""
+    s, y = _as_2d(scores, labels)
+    if np.isnan(s).any():
+        raise ValueError("scores contain NaN; every scene needs a score")
+    y = _labels(y)
+    pred = s > threshold  # (E, M) predicted positive
+    n_pos = y.sum(axis=1)
+    tp = (pred & y).sum(axis=1)
+    tn = (~pred & ~y).sum(axis=1)
+    return tp, n_pos, tn, y.shape[1] - n_pos
+
+
+def class_balanced_accuracy_batch(
+    scores: ArrayLike, labels: ArrayLike, *, threshold: float = 0.5
+) -> np.ndarray:
+    """Class-balanced accuracy of every row (episode): the mean of the accuracy on the positives
+    and the accuracy on the negatives, predicting positive iff score > `threshold`.
+
+    Args:
+        scores: (E, M) scores (e.g. query-set predictive probabilities).
+        labels: (E, M) booleans or 0/1.
+        threshold: strict decision threshold.
+
+    Returns:
+        (E,) float64; NaN for a row that lacks positives or negatives (one accuracy undefined).
+
+    Raises:
+        ValueError: shapes differ or are not 2-D, NaN scores or labels other than 0/1.
+    """
+    tp, n_pos, tn, n_neg = _confusion(scores, labels, threshold)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 0.5 * (tp / n_pos + tn / n_neg)
+
+
+def class_balanced_accuracy(
+    scores: ArrayLike, labels: ArrayLike, *, threshold: float = 0.5
+) -> float:
+    """Class-balanced accuracy of one episode (see `class_balanced_accuracy_batch`).
+
+    Args:
+        scores: (M,) scores.
+        labels: (M,) booleans or 0/1.
+        threshold: strict decision threshold.
+
+    Returns:
+        The CBA; NaN when positives or negatives are missing.
+
+    Raises:
+        ValueError: as the batched form, or inputs that are not 1-D.
+    """
+    s, y = np.asarray(scores), np.asarray(labels)
+    if s.ndim != 1 or y.ndim != 1:
+        raise ValueError(f"expected 1-D scores and labels, got shapes {s.shape} and {y.shape}")
+    return float(class_balanced_accuracy_batch(s[None], y[None], threshold=threshold)[0])
+
+
+def pooled_class_balanced_accuracy(
+    scores: ArrayLike, labels: ArrayLike, *, threshold: float = 0.5
+) -> float:
+    """Class-balanced accuracy with the classes pooled over all episodes: the mean of the
+    accuracy on all positives of all rows and on all negatives of all rows.
+
+    Args:
+        scores: (E, M) scores.
+        labels: (E, M) booleans or 0/1.
+        threshold: strict decision threshold.
+
+    Returns:
+        The pooled CBA; NaN when no row has a positive or none has a negative.
+
+    Raises:
+        ValueError: shapes differ or are not 2-D, NaN scores or labels other than 0/1.
+    """
+    tp, n_pos, tn, n_neg = _confusion(scores, labels, threshold)
+    p, n = int(n_pos.sum()), int(n_neg.sum())
+    if p == 0 or n == 0:
+        return float("nan")
+    return 0.5 * (int(tp.sum()) / p + int(tn.sum()) / n)

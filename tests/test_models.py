@@ -1,0 +1,381 @@
+"""Tests of the model layer (CPU, small): encoder x pooler shapes, masking of padding, the
+prototypical head against explicit formulas, overfitting a few fixed schema episodes, and the
+concept decoder."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import curi
+from curi.errors import ConfigError
+from curi.scenes import Scenes, sample_scenes
+from models import (
+    ConceptDecoder,
+    ConceptTokenizer,
+    ProtoNet,
+    build_protonet,
+    class_prototypes,
+    count_parameters,
+    get_encoder,
+    get_pooler,
+    list_encoders,
+    list_poolers,
+)
+
+# Small configurations so the whole module runs in seconds on one CPU core.
+SMALL = {
+    "schema": {},
+    "image": {"height": 64, "width": 96, "grid": (4, 3)},
+    "sound": {"n_freq": 201, "n_frames": 161},
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: these tiny models run faster without thread hand-offs, and the CI
+    machine's cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _inputs(name: str, b: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Random input batch of b scenes for encoder `name` in its SMALL configuration."""
+    if name == "schema":
+        x = torch.randn(b, 5, 20, generator=gen)
+        counts = torch.tensor([2, 3, 4, 5] * b)[:b]
+        mask = torch.arange(5)[None, :] < counts[:, None]  # (B, 5)
+        return x, mask
+    if name == "image":
+        return torch.rand(b, 3, 64, 96, generator=gen), None
+    return torch.randn(b, 1, 201, 161, generator=gen), None
+
+
+def featurise(scenes: Scenes) -> tuple[torch.Tensor, torch.Tensor]:
+    """Schema tensors in the fixed layout: (N, 5, 20) float32 and (N, 5) bool mask.
+
+    [0:15] one-hots of shape (3), color (8), material (2), size (2); [15:18] pixel x / width,
+    pixel y / height, depth / camera distance; [18:20] sin, cos of the rotation.
+    """
+    n = len(scenes)
+    props = scenes.props.astype(np.int64)  # (N, 5, 6), -1 in padding
+    mask = np.arange(5)[None, :] < scenes.n_objects[:, None].astype(np.int64)  # (N, 5)
+    feats = np.zeros((n, 5, 20), np.float32)
+    offset = 0
+    for col, size in enumerate((3, 8, 2, 2)):
+        idx = np.clip(props[..., col], 0, None)
+        feats[..., offset : offset + size] = np.eye(size, dtype=np.float32)[idx]
+        offset += size
+    cam = scenes.camera
+    feats[..., 15] = scenes.pixel[..., 0] / cam.width
+    feats[..., 16] = scenes.pixel[..., 1] / cam.height
+    feats[..., 17] = scenes.pixel[..., 2] / float(np.linalg.norm(cam.position))
+    rot = np.deg2rad(scenes.rotation)
+    feats[..., 18], feats[..., 19] = np.sin(rot), np.cos(rot)
+    feats[~mask] = 0.0
+    return torch.from_numpy(feats), torch.from_numpy(mask)
+
+
+def test_registries_list_every_part_and_reject_unknown_names():
+    assert list_encoders() == ["image", "schema", "sound"]
+    assert list_poolers() == ["avg", "concat", "relation_net", "transformer"]
+    kw = {"in_dim": 8, "num_objects": 3}
+    assert type(get_pooler("relation-net", **kw)).__name__ == "RelationNetPooler"
+    assert type(get_pooler("rel_net", **kw)).__name__ == "RelationNetPooler"
+    with pytest.raises(ConfigError, match="unknown pooler 'max'"):
+        get_pooler("max", **kw)
+    with pytest.raises(ConfigError, match="unknown encoder 'video'"):
+        get_encoder("video")
+
+
+@pytest.mark.parametrize("pooler", ["avg", "concat", "relation_net", "transformer"])
+@pytest.mark.parametrize("encoder", ["schema", "image", "sound"])
+def test_every_encoder_pooler_gives_scene_embeddings(encoder, pooler):
+    torch.manual_seed(0)
+    model = build_protonet(encoder=encoder, pooler=pooler, encoder_kw=SMALL[encoder])
+    x, mask = _inputs(encoder, 4, torch.Generator().manual_seed(1))
+    enc = model.encoder(x, mask)
+    k, d, p = model.encoder.num_objects, model.encoder.out_dim, model.encoder.pos_dim
+    assert enc.objects.shape == (4, k, d)
+    assert enc.mask.shape == (4, k) and enc.mask.dtype == torch.bool
+    assert (enc.positions is None) == (p == 0)
+    if p:
+        assert enc.positions.shape == (4, k, p)
+    emb = model.embed(x, mask)
+    assert emb.shape == (4, 256)
+    assert torch.isfinite(emb).all()
+    emb.square().sum().backward()
+    first = next(model.encoder.parameters())
+    assert first.grad is not None and first.grad.abs().sum() > 0
+
+
+def test_full_size_encoders_give_the_papers_object_counts():
+    torch.manual_seed(0)
+    image = get_encoder("image").eval()
+    sound = get_encoder("sound").eval()
+    with torch.no_grad():
+        obj, mask, pos = image(torch.rand(2, 3, 160, 240))
+        assert obj.shape == (2, 80, 64) and mask.all() and pos.shape == (2, 80, 2)
+        obj, mask, pos = sound(torch.randn(2, 1, 201, 601))
+        assert obj.shape == (2, 38, 64) and sound.num_objects == 38 and pos.shape == (2, 38, 1)
+    assert torch.allclose(pos[0, :, 0], torch.linspace(0, 1, 38))
+
+
+def test_image_objects_are_row_major_cells_with_their_own_coordinates():
+    torch.manual_seed(0)
+    enc = get_encoder("image", height=64, width=96, grid=(4, 3)).eval()
+    x = torch.rand(2, 3, 64, 96)
+    with torch.no_grad():
+        fmap = enc.feature_map(x)  # (2, 64, 4, 3)
+        obj, _, pos = enc(x)
+    for k in range(12):
+        r, c = divmod(k, 3)  # the row length is the number of columns
+        assert torch.equal(obj[:, k], fmap[:, :, r, c])
+        assert torch.allclose(pos[0, k], torch.tensor([r / 3, c / 2]))
+
+
+def test_image_reduction_pools_every_column_of_layer3():
+    torch.manual_seed(0)
+    enc = get_encoder("image")  # 160 x 240 -> layer3 map 10 x 15 -> objects 10 x 8
+    feat = torch.randn(2, 256, 10, 15, requires_grad=True)
+    enc.reduce(feat).square().sum().backward()
+    per_column = feat.grad.abs().sum(dim=(0, 1, 2))  # (15,)
+    assert (per_column > 0).all(), "a layer3 column does not reach the objects"
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("pooler", ["avg", "concat", "relation_net", "transformer"])
+def test_schema_padding_values_change_nothing(pooler, train):
+    torch.manual_seed(0)
+    model = build_protonet(encoder="schema", pooler=pooler).train(train)
+    x, mask = _inputs("schema", 8, torch.Generator().manual_seed(2))
+    noisy = x.clone()
+    noisy[~mask] = 100 * torch.randn(int((~mask).sum()), 20)
+    nan = x.clone()
+    nan[~mask] = float("nan")
+    torch.manual_seed(3)
+    ref = model.embed(x, mask)
+    for other in (noisy, nan):
+        torch.manual_seed(3)  # same dropout masks for the transformer in train mode
+        out = model.embed(other, mask)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    # And the padding really is padding: changing a real object does change the output.
+    changed = x.clone()
+    changed[mask] += 1.0
+    torch.manual_seed(3)
+    assert not torch.allclose(model.embed(changed, mask), ref, atol=1e-3)
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("pooler", ["avg", "relation_net", "transformer"])
+def test_padded_slots_equal_absent_slots(pooler, train):
+    """Three objects padded to five pool exactly like the same three objects unpadded, so
+    padding enters no mean, attention, pair sum or BatchNorm statistic."""
+    torch.manual_seed(0)
+    p = get_pooler(pooler, in_dim=16, num_objects=5, pos_dim=2).train(train)
+    objects, positions = torch.randn(6, 5, 16), torch.rand(6, 5, 2)
+    mask = torch.zeros(6, 5, dtype=torch.bool)
+    mask[:, :3] = True
+    torch.manual_seed(4)
+    padded = p(objects, mask, positions)
+    torch.manual_seed(4)
+    if pooler == "transformer" and train:
+        p.eval()  # dropout masks differ in shape between K = 5 and K = 3; compare in eval
+        torch.manual_seed(4)
+        padded = p(objects, mask, positions)
+    absent = p(objects[:, :3], mask[:, :3], positions[:, :3])
+    torch.testing.assert_close(padded, absent, rtol=1e-4, atol=1e-4)
+
+
+def test_relation_net_first_layer_equals_explicit_pair_features():
+    torch.manual_seed(0)
+    rn = get_pooler("relation_net", in_dim=8, num_objects=6, pos_dim=2)
+    obj, pos = torch.randn(3, 6, 8), torch.rand(3, 6, 2)
+    oi = obj[:, :, None, :].expand(-1, -1, 6, -1)  # (B, i, j, D)
+    oj = obj[:, None, :, :].expand(-1, 6, -1, -1)
+    rel = pos[:, None, :, :] - pos[:, :, None, :]  # (B, i, j, 2): p_j - p_i
+    explicit = rn.g_in(torch.cat([oi, oj, rel], dim=-1))  # (B, 6, 6, 256)
+    torch.testing.assert_close(rn.first_layer(obj, pos), explicit, rtol=1e-5, atol=1e-5)
+
+
+def test_protonet_head_matches_the_formulas():
+    torch.manual_seed(0)
+    model = build_protonet(encoder="schema", pooler="avg").eval()
+    gen = torch.Generator().manual_seed(5)
+    b, s, q = 3, 6, 4
+    x, m = _inputs("schema", b * (s + q), gen)
+    x, m = x.reshape(b, s + q, 5, 20), m.reshape(b, s + q, 5)
+    s_lab = torch.tensor([[1, 0, 1, 0, 1, 0]] * b)
+    q_lab = torch.tensor([[1, 0, 0, 1]] * b)
+    batch = {
+        "support": x[:, :s],
+        "support_mask": m[:, :s],
+        "support_labels": s_lab,
+        "query": x[:, s:],
+        "query_mask": m[:, s:],
+        "query_labels": q_lab,
+    }
+    with torch.no_grad():
+        out = model(batch)
+        emb = model.embed(x.flatten(0, 1), m.flatten(0, 1)).reshape(b, s + q, -1)
+    sup, qry = emb[:, :s], emb[:, s:]
+    c_pos = sup[:, [0, 2, 4]].mean(1)
+    c_neg = sup[:, [1, 3, 5]].mean(1)
+    torch.testing.assert_close(out.prototypes, torch.stack([c_neg, c_pos], 1))
+    torch.testing.assert_close(class_prototypes(sup, s_lab.bool()), out.prototypes)
+    d = torch.cdist(qry, out.prototypes).square()  # (B, Q, 2)
+    torch.testing.assert_close(out.logits, -d, rtol=1e-4, atol=1e-3)
+    nll = -torch.log_softmax(-d, -1).gather(-1, q_lab[..., None]).mean()
+    torch.testing.assert_close(out.loss, nll, rtol=1e-4, atol=1e-4)
+    assert out.concept_loss is None
+    # Scoring arbitrary scenes against the prototypes gives p(y = 1) of the same formula.
+    p1 = ProtoNet.score(out.prototypes, qry.reshape(b * q, -1))  # (B, B * Q)
+    own = torch.stack([p1[i, i * q : (i + 1) * q] for i in range(b)])  # (B, Q)
+    torch.testing.assert_close(own, out.logits.softmax(-1)[..., 1], rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        protos = model.episode_prototypes(x[:, :s], s_lab, m[:, :s])
+    torch.testing.assert_close(protos, out.prototypes, rtol=1e-5, atol=1e-5)
+
+
+CONCEPTS = (
+    "x color? red = lambda S. exists=",
+    "x size? small = lambda S. for-all=",
+    "S-x shape? x shape? any lambda S. exists=",
+    "x shape? sphere = x color? blue = and lambda S. exists=",
+)
+
+
+def _fixed_episodes(n_support: int = 10, n_query: int = 10) -> dict[str, torch.Tensor]:
+    """Four fixed schema episodes (one per concept), half positives, labelled by the executor."""
+    scenes = sample_scenes(400, seed=0)
+    x, mask = featurise(scenes)
+    records = scenes.records(np.arange(len(scenes)))
+    rng = np.random.default_rng(0)
+    half_s, half_q = n_support // 2, n_query // 2
+    ids, labels = [], []
+    for concept in CONCEPTS:
+        y = curi.evaluate(concept, records)
+        pos = rng.permutation(np.flatnonzero(y))[: half_s + half_q]
+        neg = rng.permutation(np.flatnonzero(~y))[: half_s + half_q]
+        sup = np.concatenate([pos[:half_s], neg[:half_s]])
+        qry = np.concatenate([pos[half_s:], neg[half_s:]])
+        ids.append(np.concatenate([sup, qry]))
+        labels.append(y[ids[-1]])
+    ids_t = torch.from_numpy(np.stack(ids))  # (B, S + Q)
+    lab = torch.from_numpy(np.stack(labels))  # (B, S + Q) bool
+    s = n_support
+    return {
+        "support": x[ids_t[:, :s]],
+        "support_mask": mask[ids_t[:, :s]],
+        "support_labels": lab[:, :s],
+        "query": x[ids_t[:, s:]],
+        "query_mask": mask[ids_t[:, s:]],
+        "query_labels": lab[:, s:],
+        "concept_tokens": ConceptTokenizer().batch(CONCEPTS),
+    }
+
+
+def test_schema_protonet_overfits_a_few_fixed_episodes():
+    torch.manual_seed(0)
+    batch = _fixed_episodes()
+    assert batch["query_labels"].float().mean() == 0.5
+    model = build_protonet(encoder="schema", pooler="relation_net")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(60):
+        out = model(batch)
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+        losses.append(out.loss.item())
+    model.eval()
+    with torch.no_grad():
+        out = model(batch)
+    acc = (out.logits.argmax(-1) == batch["query_labels"].long()).float().mean().item()
+    assert np.mean(losses[-10:]) < 0.3 * np.mean(losses[:5]), losses[::15]
+    assert acc > 0.9, acc
+
+
+def test_tokenizer_round_trips_concepts_and_pads():
+    tok = ConceptTokenizer()
+    assert len(tok) == len(curi.concepts.VOCABULARY) + 4
+    assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
+    ids = tok.batch(CONCEPTS)
+    assert ids.dtype == torch.long and ids.shape[0] == len(CONCEPTS)
+    for row, c in zip(ids, CONCEPTS, strict=True):
+        assert tok.decode(row) == curi.parse(c).postfix()
+        n = len(curi.parse(c).tokens())
+        assert row[n] == tok.eos_id and (row[n + 1 :] == tok.pad_id).all()
+    with pytest.raises(ValueError, match="max_len"):
+        tok.batch(CONCEPTS, max_len=5)
+    with pytest.raises(curi.ConceptError):
+        tok.encode("x colour? red = lambda S. exists=")
+
+
+def test_concept_decoder_loss_falls_on_a_tiny_set():
+    torch.manual_seed(0)
+    tok = ConceptTokenizer()
+    targets = tok.batch(CONCEPTS)
+    cond = torch.randn(len(CONCEPTS), 512)
+    dec = ConceptDecoder(vocab_size=len(tok), cond_dim=512)
+    opt = torch.optim.Adam(dec.parameters(), lr=3e-3)
+    first = dec.loss(cond, targets).item()
+    assert math.isclose(first, math.log(len(tok)), rel_tol=0.2)  # about uniform at init
+    for _ in range(80):
+        loss = dec.loss(cond, targets)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.1 * first, (first, loss.item())
+    decoded = [tok.decode(r) for r in dec.greedy(cond, max_len=targets.shape[1])]
+    assert decoded == [curi.parse(c).postfix() for c in CONCEPTS]
+
+
+def test_total_loss_adds_the_weighted_concept_loss_and_it_reaches_the_encoder():
+    torch.manual_seed(0)
+    batch = _fixed_episodes(n_support=4, n_query=4)
+    model = build_protonet(encoder="schema", pooler="avg", alpha=0.5)
+    out = model(batch)
+    assert out.concept_loss is not None
+    torch.testing.assert_close(out.loss, out.query_loss + 0.5 * out.concept_loss)
+    out.concept_loss.backward()
+    grad = model.encoder.mlp[0].weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    with pytest.raises(KeyError, match="concept_tokens"):
+        model({k: v for k, v in batch.items() if k != "concept_tokens"})
+    with pytest.raises(ConfigError, match="decoder"):
+        ProtoNet(model.encoder, model.pooler, alpha=1.0)
+
+
+def test_inputs_of_the_wrong_shape_are_refused():
+    with pytest.raises(ValueError, match=r"\(B, K, 20\)"):
+        get_encoder("schema")(torch.zeros(2, 5, 19))
+    with pytest.raises(ValueError, match="160, 240"):
+        get_encoder("image")(torch.zeros(1, 3, 64, 96))
+    with pytest.raises(ConfigError, match="multiple of 16"):
+        get_encoder("image", height=100, width=96)
+
+
+def test_parameter_counts_are_positive_and_printed(capsys):
+    rows = []
+    for enc in ("schema", "sound"):  # the full-size image encoder is counted below, once
+        for pool in list_poolers():
+            m = build_protonet(encoder=enc, pooler=pool)
+            c = m.parameter_counts()
+            assert c["encoder"] > 0 and c["pooler"] > 0
+            assert c["total"] == c["encoder"] + c["pooler"] == count_parameters(m)
+            rows.append(f"{enc:6s} {pool:12s} {c['encoder']:>10,} {c['pooler']:>10,}")
+    image = get_encoder("image")
+    # ResNet-18 through layer3 (2,782,784) + 1x1 convs 256*128+128 + 128*64+64.
+    assert count_parameters(image) == 2_782_784 + 32_896 + 8_256
+    rows.append(f"image  (encoder)    {count_parameters(image):>10,}")
+    image.backbone.requires_grad_(False)
+    assert count_parameters(image) == 41_152
+    assert count_parameters(image, trainable_only=False) == 2_823_936
+    with capsys.disabled():
+        print("\nparameters: encoder pooler encoder-params pooler-params\n" + "\n".join(rows))
