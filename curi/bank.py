@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from curi.bits import num_words, pack_rows, popcount, select_bits, unpack_rows
+from curi.bits import num_words, popcount, select_bits, transpose_blocks, unpack_rows
 from curi.concepts import Concept, parse
 from curi.errors import BankError, ConfigError
 from curi.executor import BitScenes, execute
@@ -32,7 +32,7 @@ from curi.scenes import Camera, Scenes, sample_scenes
 __all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data_dir"]
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: adds the scene-major truth_by_scene.npy
 LENGTH_PRIOR_SLOPE = -0.2  # log-linear prior: log w(h) = -0.2 * len(h)
 _SCENE_FILES = ("n_objects", "props", "position", "rotation", "pixel")
 
@@ -184,19 +184,15 @@ def _write_transposed(rows: np.ndarray, num_scenes: int, path: Path, progress: b
     concept i holds on scene s. Episodes and oracles read it to find, with a few word ANDs,
     every concept that holds on a handful of scenes."""
     n_concepts, n_words = rows.shape
-    block = 64  # words of scenes per step: (H, 4096) booleans at a time
     bar = _bar(progress, n_words, "transposing", "word")
     with open(path, "wb") as f:
         shape = (num_scenes, num_words(n_concepts))
         np.lib.format.write_array_header_1_0(
             f, {"descr": "<u8", "fortran_order": False, "shape": shape}
         )
-        for w0 in range(0, n_words, block):
-            w1 = min(w0 + block, n_words)
-            bits = unpack_rows(np.asarray(rows[:, w0:w1]), (w1 - w0) * 64)  # (H, 64 b)
-            n_here = min((w1 - w0) * 64, num_scenes - w0 * 64)
-            f.write(pack_rows(bits[:, :n_here].T).tobytes())  # (n_here, ceil(H / 64))
-            bar.update(w1 - w0)
+        for blk in transpose_blocks(rows, num_scenes):
+            f.write(blk.tobytes())  # (<= 4096, ceil(H / 64))
+            bar.update(-(-len(blk) // 64))
     bar.close()
 
 
@@ -475,7 +471,7 @@ def load_bank(path: str | Path, *, verify: bool = True) -> ConceptBank:
     if manifest.get("format") != FORMAT_VERSION:
         raise BankError(
             f"bank at {path} has format {manifest.get('format')}, this curi reads "
-            f"{FORMAT_VERSION}; rebuild it with `curi bank ... force=true`"
+            f"{FORMAT_VERSION}; rebuild it (add force=true to the command)"
         )
     for name, digest in manifest["files"].items():
         f = path / name

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pack_rows", "unpack_rows", "popcount", "select_bits", "num_words"]
+__all__ = ["pack_rows", "unpack_rows", "popcount", "select_bits", "num_words", "transpose_blocks"]
 
 _POP8 = np.array([bin(i).count("1") for i in range(256)], np.int64)
 
@@ -29,7 +29,8 @@ def pack_rows(bits: np.ndarray) -> np.ndarray:
 def unpack_rows(words: np.ndarray, num_bits: int) -> np.ndarray:
     """Boolean matrix (..., num_bits) from little-endian words (..., W)."""
     w = np.ascontiguousarray(words).view(np.uint8)
-    return np.unpackbits(w, axis=-1, bitorder="little")[..., :num_bits].astype(bool)
+    # unpackbits yields 0/1 bytes, which are valid booleans: view, don't copy
+    return np.unpackbits(w, axis=-1, bitorder="little")[..., :num_bits].view(bool)
 
 
 def popcount(words, axis: int = -1):
@@ -62,3 +63,17 @@ def select_bits(row: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     offs = np.cumsum(bits, axis=1) - 1  # rank within the word at each bit position
     inner = np.argmax((offs == (ranks - before)[:, None]) & (bits == 1), axis=1)
     return word * 64 + inner
+
+
+def transpose_blocks(words: np.ndarray, num_cols: int, *, block: int = 64):
+    """Transpose a packed bit matrix (R, ceil(num_cols / 64)) block by block.
+
+    Yields packed blocks of the transpose, (<= 64 * block, ceil(R / 64)) each, in order; their
+    concatenation is the (num_cols, ceil(R / 64)) transpose. Memory: R x 64 x block booleans.
+    """
+    n_words = words.shape[1]
+    for w0 in range(0, n_words, block):
+        w1 = min(w0 + block, n_words)
+        bits = unpack_rows(np.asarray(words[:, w0:w1]), (w1 - w0) * 64)  # (R, 64 b)
+        n_here = min((w1 - w0) * 64, num_cols - w0 * 64)
+        yield pack_rows(bits[:, :n_here].T)

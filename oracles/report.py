@@ -1,0 +1,84 @@
+"""Writing the gap table: `gap.json` (rows), `gap.md` (a table) and `gap.png` (per split, the
+strong and weak oracles and the gap, in the spirit of the paper's Figure 5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+__all__ = ["write_report", "markdown_table"]
+
+_COLUMNS = (
+    ("split", "split", "{}"),
+    ("negatives", "neg.", "{}"),
+    ("n_train", "train", "{:,}"),
+    ("n_test", "test", "{:,}"),
+    ("map_strong", "mAP strong", "{:.3f}"),
+    ("map_weak", "mAP weak", "{:.3f}"),
+    ("map_random", "mAP random", "{:.3f}"),
+    ("map_gap", "mAP gap", "{:.3f}"),
+    ("cba_strong", "CBA strong", "{:.3f}"),
+    ("cba_weak", "CBA weak", "{:.3f}"),
+    ("cba_random", "CBA random", "{:.3f}"),
+    ("cba_gap", "CBA gap", "{:.3f}"),
+    ("d_atom", "D_A", "{:.3f}"),
+    ("d_compound", "D_C", "{:.3f}"),
+)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The rows as a Markdown table, sorted by negatives then decreasing mAP gap."""
+    rows = sorted(rows, key=lambda r: (r["negatives"], -r["map_gap"]))
+    head = "| " + " | ".join(title for _, title, _ in _COLUMNS) + " |"
+    sep = "|" + "|".join("---" for _ in _COLUMNS) + "|"
+    lines = [head, sep]
+    for r in rows:
+        cells = [fmt.format(r[k]) if r.get(k) is not None else "" for k, _, fmt in _COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    negs = sorted({r["negatives"] for r in rows})
+    fig, axes = plt.subplots(len(negs), 2, figsize=(12, 3.6 * len(negs)), squeeze=False)
+    for i, neg in enumerate(negs):
+        sub = sorted((r for r in rows if r["negatives"] == neg), key=lambda r: -r["map_gap"])
+        x = np.arange(len(sub))
+        for j, metric in enumerate(("map", "cba")):
+            ax = axes[i, j]
+            strong = [r[f"{metric}_strong"] for r in sub]
+            weak = [r[f"{metric}_weak"] for r in sub]
+            ax.bar(x - 0.2, strong, 0.4, label="strong oracle", color="#3b75af")
+            ax.bar(x + 0.2, weak, 0.4, label="weak oracle", color="#ef8636")
+            ax.plot(x, [r[f"{metric}_random"] for r in sub], "k_", ms=14, label="random")
+            for xi, s, w in zip(x, strong, weak, strict=True):
+                ax.annotate(f"{s - w:.2f}", (xi, s + 0.02), ha="center", fontsize=8)
+            ax.set_xticks(x, [r["split"] for r in sub], rotation=35, ha="right", fontsize=8)
+            ax.set_ylim(0, 1.12)
+            name = "mAP" if metric == "map" else "class-balanced accuracy"
+            ax.set_title(f"{name}, {neg} negatives (numbers: gap)", fontsize=10)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(rows: list[dict], out_dir: str | Path, *, meta: dict | None = None) -> dict:
+    """Write gap.json, gap.md and gap.png under `out_dir`; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "gap.json", "md": out / "gap.md", "png": out / "gap.png"}
+    paths["json"].write_text(json.dumps(rows, indent=2) + "\n")
+    header = "# Compositionality gap\n\n"
+    if meta:
+        header += "".join(f"- {k}: {v}\n" for k, v in meta.items()) + "\n"
+    paths["md"].write_text(header + markdown_table(rows))
+    _plot(rows, paths["png"])
+    return paths
