@@ -33,7 +33,7 @@ def _usage(commands: dict) -> str:
     lines = ["usage: curi <command> [key=value ...] [--help] [-m]", "", "commands:"]
     for name, ep in sorted(commands.items()):
         doc = (ep.load().__doc__ or "").strip().splitlines()
-        lines.append(f"  {name:<10} {doc[0] if doc else ''}")
+        lines.append(f"  {name.replace('.', ' '):<16} {doc[0] if doc else ''}")
     lines += ["", "`curi <command> --help` lists a command's options and config groups."]
     return "\n".join(lines)
 
@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> None:
         print(_usage(commands))
         return
     name, rest = argv[0], argv[1:]
+    if rest and f"{name}.{rest[0]}" in commands:  # nested: `curi episodes render ...`
+        name, rest = f"{name}.{rest[0]}", rest[1:]
     if name not in commands:
         print(f"curi: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
         sys.exit(2)
@@ -66,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     import hydra
 
     task = functools.partial(_run, name, fn)
-    app = hydra.main(config_path=config_path, config_name=name, version_base="1.3")(task)
-    sys.argv = [f"curi {name}"] + rest
+    config_name = name.replace(".", "_")  # `episodes.render` -> conf/episodes_render.yaml
+    app = hydra.main(config_path=config_path, config_name=config_name, version_base="1.3")(task)
+    sys.argv = [f"curi {name.replace('.', ' ')}"] + rest
     app()

@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from curi.bank import BankConfig, build_bank, load_bank
 
-__all__ = ["bank"]
+__all__ = ["bank", "split", "episodes"]
 
 log = logging.getLogger("curi")
 
@@ -21,3 +21,46 @@ def bank(cfg: DictConfig) -> None:
     b = load_bank(path, verify=False)
     log.info("bank ready at %s", path)
     print(json.dumps({"path": str(path), **b.manifest["counts"]}, indent=2))
+
+
+def _bank(cfg: DictConfig):
+    bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
+    return load_bank(build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress), verify=False)
+
+
+def split(cfg: DictConfig) -> None:
+    """Split the bank's concepts; print the sizes and the checks."""
+    from curi.splits import make_split
+
+    bank = _bank(cfg)
+    s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
+    groups = bank.groups
+    report = {
+        "split": s.name,
+        **s.sizes(),
+        "train_test_overlap": int(len(set(s.train) & set(s.test))),
+        "groups_across_train_test": int(len(set(groups[s.train]) & set(groups[s.test]))),
+        "examples_test": [bank.concept(int(i)).pretty() for i in s.test[:3]],
+    }
+    print(json.dumps(report, indent=2))
+
+
+def episodes(cfg: DictConfig) -> None:
+    """Export episodes (with scene records) as JSON lines, plus a dataset card."""
+    from curi.export import export_episodes
+    from curi.splits import make_split
+
+    bank = _bank(cfg)
+    s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
+    out = export_episodes(
+        bank,
+        s,
+        cfg.subset,
+        cfg.out,
+        n=cfg.n,
+        negatives=cfg.negatives,
+        query_negatives=cfg.query_negatives,
+        seed=cfg.seed,
+        progress=cfg.progress,
+    )
+    log.info("wrote %s and its dataset card %s", out["episodes"], out["card"])

@@ -160,3 +160,13 @@ def test_bad_config_is_a_clear_error():
         BankConfig.from_mapping({"num_scene": 10})
     with pytest.raises(ConfigError, match="max_fraction"):
         BankConfig.from_mapping({"max_fraction": 2.0})
+
+
+@pytest.mark.parametrize("rows, cols, block", [(1, 1, 4), (5, 70, 1), (64, 64, 4), (130, 700, 3)])
+def test_bit_transpose_matches_unpacking(rows, cols, block):
+    from curi.bits import pack_rows, transpose_blocks, unpack_rows
+
+    bits = np.random.default_rng(rows).random((rows, cols)) < 0.3
+    t = np.concatenate(list(transpose_blocks(pack_rows(bits), cols, block=block)))
+    assert t.shape == (cols, -(-rows // 64))
+    np.testing.assert_array_equal(unpack_rows(t, rows), bits.T)

@@ -1,0 +1,71 @@
+"""Shared helpers of the benchmark scripts: the machine's description, medians, peak memory,
+and rewriting one marked section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import resource
+import statistics
+import time
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import numpy
+    import torch
+
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM; Python {platform.python_version()}, "
+        f"numpy {numpy.__version__}, torch {torch.__version__}"
+    )
+
+
+def median_time(fn, repeats: int = 5) -> float:
+    """Median wall time of `repeats` calls of fn (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def peak_rss_gib() -> float:
+    """Peak resident memory of this process and of its largest finished child, in GiB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, kids) / 2**20
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section between ``<!-- bench:name -->`` markers."""
+    DOC.parent.mkdir(exist_ok=True)
+    text = (
+        DOC.read_text()
+        if DOC.exists()
+        else "# Benchmarks\n\nEvery number here is written by a script in `benchmarks/`.\n"
+    )
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    text = (
+        pattern.sub(lambda _: block, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + block + "\n"
+    )
+    DOC.write_text(text)
+    print(body)

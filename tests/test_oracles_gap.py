@@ -1,0 +1,110 @@
+"""The gap computation: grouped AP against plain AP, invariants of the table, the report."""
+
+import json
+
+import numpy as np
+import pytest
+
+from curi.bits import unpack_rows
+from curi.episodes import EpisodeSampler
+from curi.splits import make_split
+from oracles.gap import (
+    ROW_KEYS,
+    EvalSet,
+    _oracle_ap,
+    _random_ap,
+    ap_from_counts,
+    compositionality_gap,
+)
+from oracles.metrics import average_precision
+from oracles.posterior import Oracle
+from oracles.report import write_report
+
+
+@pytest.fixture(scope="module")
+def evalset(tiny_bank):
+    return EvalSet.from_bank(tiny_bank)
+
+
+def test_eval_set_rows_are_the_truth_on_eval_scenes(tiny_bank, evalset):
+    dense = unpack_rows(np.asarray(tiny_bank.truth_words), tiny_bank.num_scenes)
+    np.testing.assert_array_equal(
+        unpack_rows(evalset.rows, len(evalset)), dense[:, tiny_bank.eval_ids]
+    )
+
+
+def test_grouped_ap_equals_plain_ap(tiny_bank, evalset):
+    m = len(evalset)
+    dense = unpack_rows(evalset.rows, m)
+    split = make_split(tiny_bank, "concept_iid")
+    groups = np.asarray(tiny_bank.groups)
+    big = 0
+    for negatives, hypotheses in [(n, h) for n in ("hard", "easy") for h in (None, split.train)]:
+        oracle = Oracle(tiny_bank, hypotheses, negatives=negatives)
+        sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=2, size=80)
+        for i in range(len(sampler)):
+            e = sampler[i]
+            idx, w = oracle.posterior(e.support_ids, e.support_labels)
+            label = dense[e.concept]
+            scores = np.round(w @ dense[idx], 12) if len(idx) else np.zeros(m)
+            want = average_precision(scores, label)
+            assert _oracle_ap(evalset, label, idx, w, groups) == pytest.approx(want, abs=1e-12)
+            big += len(np.unique(groups[idx])) > 16
+    assert big > 0  # both code paths (<= 16 groups, > 16 groups) were exercised
+
+
+def test_ap_from_counts_all_equal_scores_is_positive_rate():
+    assert ap_from_counts(np.array([0.3]), np.array([7]), np.array([100])) == pytest.approx(0.07)
+
+
+def test_random_ap_matches_uniform_scores_in_expectation():
+    rng = np.random.default_rng(0)
+    sim = np.mean([_random_ap(rng, 5, 200) for _ in range(3000)])
+    labels = np.zeros(200, bool)
+    labels[:5] = True
+    ref = np.mean([average_precision(rng.random(200), labels) for _ in range(3000)])
+    assert sim == pytest.approx(ref, abs=0.01)
+
+
+@pytest.fixture(scope="module")
+def rows(tiny_bank):
+    return compositionality_gap(
+        tiny_bank,
+        ["instance_iid", "binding_color", "counting"],
+        ["hard", "easy"],
+        episodes=150,
+        workers=1,
+        progress=False,
+    )
+
+
+def test_table_invariants(rows):
+    assert len(rows) == 6
+    for r in rows:
+        assert set(ROW_KEYS) <= set(r)
+        assert r["map_gap"] == pytest.approx(r["map_strong"] - r["map_weak"])
+        assert 0.9 < r["map_strong"] <= 1 and 0.9 < r["cba_strong"] <= 1
+        assert 0.4 < r["cba_random"] < 0.6
+    iid = [r for r in rows if r["split"] == "instance_iid"]
+    assert all(r["map_gap"] == 0 and r["cba_gap"] == 0 and r["d_atom"] == 0 for r in iid)
+    bc = next(r for r in rows if r["split"] == "binding_color" and r["negatives"] == "hard")
+    assert bc["map_gap"] > 0.5 and bc["d_atom"] > 0.05
+    assert bc["d_compound"] > bc["d_compound_random"]
+
+
+def test_weak_oracle_without_train_concepts(tiny_bank):
+    split = make_split(tiny_bank, "binding_color")
+    empty = type(split)("empty", split.train[:0], split.val, split.test, split.dropped)
+    (row,) = compositionality_gap(
+        tiny_bank, [empty], "hard", episodes=40, workers=1, divergences=False, progress=False
+    )
+    assert row["cba_weak"] == 0.5
+    assert 0 < row["map_weak"] < 0.2  # all-zero scores: AP is the positive rate
+
+
+def test_report_files(rows, tmp_path):
+    paths = write_report(rows, tmp_path, meta={"bank": "tiny"})
+    assert json.loads(paths["json"].read_text())[0]["split"] == rows[0]["split"]
+    md = paths["md"].read_text()
+    assert "| binding_color | hard |" in md and "mAP gap" in md
+    assert paths["png"].stat().st_size > 10_000

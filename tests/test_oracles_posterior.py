@@ -1,0 +1,92 @@
+"""Oracles against brute-force enumeration of every hypothesis on a tiny bank."""
+
+import math
+
+import numpy as np
+import pytest
+
+from curi.bits import unpack_rows
+from curi.episodes import EpisodeSampler
+from curi.splits import make_split
+from oracles.posterior import Oracle, posterior_predictive
+
+
+@pytest.fixture(scope="module")
+def dense(tiny_bank):
+    return unpack_rows(np.asarray(tiny_bank.truth_words), tiny_bank.num_scenes)  # (H, N)
+
+
+def brute_force(bank, dense, hyps, ids, labels, scenes, prior, likelihood, negatives):
+    """Enumerate every hypothesis, exactly as spec 6 writes the posterior."""
+    n, n_pos = bank.num_scenes, int(labels.sum())
+    weights = {}
+    for h in hyps:
+        if not all(dense[h, s] == bool(y) for s, y in zip(ids, labels, strict=True)):
+            continue
+        lp = bank.log_prior[h] if prior == "log_linear" else bank.pcfg_logprob[h]
+        if likelihood == "size_principle":
+            size = dense[h].sum()
+            lp += -n_pos * math.log(size)
+            if negatives == "hard":
+                lp += -(len(labels) - n_pos) * math.log(n - size)
+        weights[h] = math.exp(lp)
+    z = sum(weights.values())
+    return np.array(
+        [sum(w for h, w in weights.items() if dense[h, u]) / z if z else 0.0 for u in scenes]
+    )
+
+
+@pytest.mark.parametrize("prior", ["log_linear", "pcfg"])
+@pytest.mark.parametrize("likelihood", ["size_principle", "consistent"])
+@pytest.mark.parametrize("negatives", ["hard", "easy"])
+def test_strong_and_weak_match_brute_force(tiny_bank, dense, prior, likelihood, negatives):
+    split = make_split(tiny_bank, "binding_shape")
+    sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=1, size=6)
+    for hyps, name in ((np.arange(len(tiny_bank)), "strong"), (split.train, "weak")):
+        oracle = Oracle(
+            tiny_bank,
+            None if name == "strong" else hyps,
+            prior=prior,
+            likelihood=likelihood,
+            negatives=negatives,
+        )
+        for i in range(len(sampler)):
+            e = sampler[i]
+            scenes = np.r_[e.query_ids, tiny_bank.eval_ids[:200]]
+            got = oracle.predict(e.support_ids, e.support_labels, scenes)
+            want = brute_force(
+                tiny_bank,
+                dense,
+                hyps,
+                e.support_ids,
+                e.support_labels,
+                scenes,
+                prior,
+                likelihood,
+                negatives,
+            )
+            np.testing.assert_allclose(got, want, atol=1e-12, err_msg=f"{name} episode {i}")
+
+
+def test_strong_oracle_always_contains_the_true_concept(tiny_bank):
+    sampler = EpisodeSampler(tiny_bank, "concept_iid", "test", "hard", seed=0, size=30)
+    oracle = Oracle(tiny_bank)
+    for i in range(30):
+        e = sampler[i]
+        idx, w = oracle.posterior(e.support_ids, e.support_labels)
+        assert e.concept in idx
+        assert w.sum() == pytest.approx(1.0)
+        assert (oracle.predict(e.support_ids, e.support_labels, e.support_ids[:5]) > 0.99).all()
+
+
+def test_no_consistent_hypothesis_gives_zero_scores(tiny_bank):
+    e = EpisodeSampler(tiny_bank, "binding_color", "test", "hard", seed=0, size=1)[0]
+    scores = posterior_predictive(tiny_bank, e, np.array([], np.int64), e.query_ids)
+    assert (scores == 0).all()
+
+
+def test_bad_options(tiny_bank):
+    with pytest.raises(ValueError, match="prior"):
+        Oracle(tiny_bank, prior="flat")
+    with pytest.raises(ValueError, match="likelihood"):
+        Oracle(tiny_bank, likelihood="fuzzy")
