@@ -1,0 +1,174 @@
+"""The renderer contract (`Renderer`, `Rendered`) and `pack_records`, which turns JSON scene
+records into padded per-object arrays that every renderer reads."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+import torch
+
+from curi.scenes import (
+    COLORS,
+    MATERIALS,
+    MAX_OBJECTS,
+    RADII,
+    SHAPES,
+    SIZES,
+    Camera,
+    centre_height,
+    location_bins,
+)
+
+__all__ = ["Packed", "Rendered", "Renderer", "make_object", "pack_records"]
+
+_VOCAB = {"shape": SHAPES, "color": COLORS, "material": MATERIALS, "size": SIZES}
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Scene records as padded arrays; padding slots hold 0 and ``valid`` False.
+
+    Attributes:
+        valid: (B, 5) bool, real objects.
+        shape, color, material, size: (B, 5) int64 indices into SHAPES, COLORS, ...
+        x, y: (B, 5) int64 location bins 1..8 (0 in padding).
+        position: (B, 5, 3) float64 world centres.
+        rotation: (B, 5) float64 degrees about the vertical axis.
+    """
+
+    valid: np.ndarray
+    shape: np.ndarray
+    color: np.ndarray
+    material: np.ndarray
+    size: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    position: np.ndarray
+    rotation: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.valid)
+
+
+def pack_records(records: Sequence[dict]) -> Packed:
+    """Pack scene records (``{"objects": [{"shape", "color", "material", "size", "x", "y",
+    "position", "rotation"}, ...]}``, as `ConceptBank.scene_records` returns) into arrays.
+
+    Raises:
+        ValueError: a record with no or more than 5 objects, an unknown property value, or an
+            object without ``position``.
+    """
+    n = len(records)
+    ints = np.zeros((6, n, MAX_OBJECTS), np.int64)  # shape, color, material, size, x, y
+    valid = np.zeros((n, MAX_OBJECTS), bool)
+    position = np.zeros((n, MAX_OBJECTS, 3))
+    rotation = np.zeros((n, MAX_OBJECTS))
+    for i, rec in enumerate(records):
+        objs = rec["objects"] if isinstance(rec, dict) else rec
+        if not 1 <= len(objs) <= MAX_OBJECTS:
+            raise ValueError(f"record {i} has {len(objs)} objects; expected 1..{MAX_OBJECTS}")
+        for k, o in enumerate(objs):
+            for j, (name, vocab) in enumerate(_VOCAB.items()):
+                try:
+                    ints[j, i, k] = vocab.index(o[name])
+                except ValueError:
+                    raise ValueError(
+                        f"record {i} object {k}: unknown {name} {o[name]!r}; expected one of "
+                        f"{vocab}"
+                    ) from None
+            ints[4, i, k] = o.get("x", 0)
+            ints[5, i, k] = o.get("y", 0)
+            if "position" not in o:
+                raise ValueError(
+                    f"record {i} object {k} has no 'position'; renderers need the 3D data of "
+                    "`ConceptBank.scene_records`"
+                )
+            position[i, k] = o["position"]
+            rotation[i, k] = o.get("rotation", 0.0)
+            valid[i, k] = True
+    return Packed(valid, *ints, position=position, rotation=rotation)
+
+
+def make_object(
+    shape: str,
+    color: str,
+    material: str,
+    size: str,
+    ground_xy: tuple[float, float],
+    *,
+    rotation: float = 0.0,
+    camera: Camera | None = None,
+) -> dict:
+    """One object of a scene record placed by hand at floor position `ground_xy`, with the
+    centre height, projected pixel and location bins the scene sampler would give it (for
+    tests, examples and hand-made scenes)."""
+    camera = camera or Camera()
+    r = RADII[SIZES.index(size)]
+    z = float(centre_height(np.asarray(SHAPES.index(shape)), np.asarray(r)))
+    pos = np.array([ground_xy[0], ground_xy[1], z])
+    pix = camera.project(pos)
+    bx, by = location_bins(pix[None], camera.width, camera.height)
+    return {
+        "shape": shape,
+        "color": color,
+        "material": material,
+        "size": size,
+        "x": int(bx[0]),
+        "y": int(by[0]),
+        "position": [float(v) for v in pos],
+        "rotation": float(rotation),
+        "pixel": [float(pix[0]), float(pix[1])],
+    }
+
+
+class Rendered(NamedTuple):
+    """A rendered batch: ``data`` (B, *item_shape) float32 and, for per-object modalities, a
+    ``mask`` (B, 5) bool marking real objects (None otherwise)."""
+
+    data: torch.Tensor
+    mask: torch.Tensor | None = None
+
+
+class Renderer(abc.ABC):
+    """Scene records -> model inputs of one modality (spec section 7).
+
+    Contract every renderer keeps (checked for all registered renderers by
+    ``tests/test_renderers_contract.py``):
+
+    * ``render(records)`` returns `Rendered` with ``data`` a float32 tensor of shape
+      ``(len(records), *item_shape)`` on the renderer's device, every value inside
+      ``value_range``; ``mask`` is a (B, 5) bool tensor when ``per_object`` else None.
+    * The output depends only on the records and the renderer's options: no randomness,
+      so the same batch gives bit-identical output (on the same device), and a record
+      rendered alone or inside any batch gives the same values up to float rounding
+      (vectorised and scalar code paths may differ in the last bit; within 1e-5).
+    * Records need the discrete properties and the 3D data (``position``, ``rotation``) of
+      `ConceptBank.scene_records`; bad records raise ValueError.
+    """
+
+    name: ClassVar[str]
+    per_object: ClassVar[bool] = False
+
+    @property
+    @abc.abstractmethod
+    def item_shape(self) -> tuple[int, ...]:
+        """Shape of one scene's output, without the batch dimension."""
+
+    @property
+    @abc.abstractmethod
+    def value_range(self) -> tuple[float, float]:
+        """Inclusive bounds of every output value."""
+
+    @abc.abstractmethod
+    def render(self, records: Sequence[dict]) -> Rendered:
+        """Render a batch of scene records."""
+
+    def __call__(self, records: Sequence[dict]) -> Rendered:
+        return self.render(records)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(item_shape={self.item_shape})"

@@ -1,0 +1,464 @@
+"""Image modality: CLEVR-like pictures ray-cast in batched torch from scene records alone
+(spec section 7): analytic ray-primitive hits, Blinn-Phong shading, soft shadows and an
+environment reflection for metal, computed only on the 8 x 8 pixel tiles objects can affect."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from curi.scenes import COLOR_RGB, COLORS, RADII, SHAPES, Camera
+from renderers.base import Packed, Rendered, Renderer, pack_records
+
+__all__ = ["ImageRenderer", "render_images", "save_png"]
+
+_BIG = 1.0e3  # "infinite" half-extent or radius: a constraint that never binds
+_CUBE, _CYL = SHAPES.index("cube"), SHAPES.index("cylinder")
+_TILE = 8  # tile side in pixels: work is done only on tiles an object or its shadow touches
+_FIELDS = tuple(f.name for f in dataclasses.fields(Packed))
+Vec = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, z components, same shape
+
+
+def _unit(v: torch.Tensor) -> torch.Tensor:
+    return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _smoothstep(x: torch.Tensor) -> torch.Tensor:
+    x = x.clamp(0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+class _Objects:
+    """Geometry and material of the objects of a batch, as tensors (B, 5).
+
+    Every shape is one convex primitive in its local frame (centre at the origin, rotated by
+    ``rotation`` about z): the slabs ``|x| <= hx, |y| <= hy, |z| <= hz`` intersected with the
+    quadric ``x^2 + y^2 + wz z^2 <= rr``. Cube: slabs r/sqrt(2), no quadric; sphere: no slabs,
+    quadric with wz = 1; cylinder: slab hz = r, quadric with wz = 0.
+    """
+
+    def __init__(self, p: Packed, device: torch.device):
+        def t(a, dtype=torch.float32):
+            return torch.as_tensor(a, dtype=dtype, device=device)
+
+        self.valid = t(p.valid, torch.bool)
+        self.shape = t(p.shape, torch.long)
+        r = t(np.asarray(RADII)[p.size])
+        is_cube, is_cyl = self.shape == _CUBE, self.shape == _CYL
+        cube_h = r / math.sqrt(2.0)
+        big = torch.full_like(r, _BIG)
+        self.hxy = torch.where(is_cube, cube_h, big)
+        self.hz = torch.where(is_cube, cube_h, torch.where(is_cyl, r, big))
+        self.wz = torch.where(is_cyl, 0.0, 1.0)
+        self.rr = torch.where(is_cube, big * big, r * r)
+        self.radius = r
+        self.height = torch.where(is_cube, cube_h, r)  # half-height = centre z
+        self.centre = t(p.position)  # (B, 5, 3)
+        rad = torch.deg2rad(t(p.rotation))
+        self.cos, self.sin = torch.cos(rad), torch.sin(rad)
+        rgb = torch.tensor([COLOR_RGB[c] for c in COLORS], device=device) / 255.0
+        self.albedo = rgb[t(p.color, torch.long)]  # (B, 5, 3)
+        self.metal = t(p.material, torch.long) == 1
+
+
+def _to_local(v: Vec, c: torch.Tensor, s: torch.Tensor) -> Vec:
+    """Rotate components by minus the object's rotation (cosine c, sine s)."""
+    x, y, z = v
+    return c * x + s * y, c * y - s * x, z
+
+
+def _hit(o: Vec, d: Vec, hxy, hz, wz, rr) -> tuple[torch.Tensor, ...]:
+    """Rays o + t d against convex primitives, in their local frames (components broadcast).
+
+    Returns:
+        t_in, t_out: entry and exit parameters; hit: the ray meets the primitive at t > 0;
+        gap: t_in - t_out, how far (in t) the ray misses the primitive (<= 0 on a hit);
+        dq: distance of the ray from the quadric's surface in its metric (< 0: crosses it);
+        tq: the ray parameter of closest approach to the quadric's axis or centre.
+    """
+    s_in = s_out = None
+    for oc, dc, h in zip(o, d, (hxy, hxy, hz), strict=True):
+        inv = 1.0 / dc
+        t1, t2 = (-h - oc) * inv, (h - oc) * inv
+        lo, hi = torch.minimum(t1, t2), torch.maximum(t1, t2)
+        s_in = lo if s_in is None else torch.maximum(s_in, lo)
+        s_out = hi if s_out is None else torch.minimum(s_out, hi)
+    (ox, oy, oz), (dx, dy, dz) = o, d
+    a = (dx * dx + dy * dy + wz * dz * dz).clamp_min(1e-12)
+    b = ox * dx + oy * dy + wz * oz * dz
+    c2 = ox * ox + oy * oy + wz * oz * oz
+    disc = b * b - a * (c2 - rr)
+    sq = disc.clamp_min(0.0).sqrt()
+    t_in = torch.maximum(s_in, (-b - sq) / a)
+    t_out = torch.minimum(s_out, (-b + sq) / a)
+    hit = (disc >= 0) & (t_in <= t_out) & (t_out > 1e-4)
+    tq = -b / a
+    dq = (c2 + b * tq).clamp_min(0.0).sqrt() - rr.sqrt()
+    return t_in, t_out, hit, t_in - t_out, dq, tq
+
+
+class ImageRenderer(Renderer):
+    """CLEVR-like images (B, 3, H, W), float32 in [0, 1].
+
+    The camera is `curi.scenes.Camera(width, height)` (the scene sampler's field of view), so
+    objects are drawn where their location bins say. Rendering is pure tensor arithmetic on
+    `device` (CPU or CUDA) with no randomness: the same record gives the same image alone or
+    in any batch.
+
+    Args:
+        width, height: image size in pixels.
+        device: torch device to render on.
+        soft_shadows: penumbrae that widen with distance from the occluder (else hard).
+        antialias: smooth object silhouettes (blend edge pixels with their 3 x 3 mean).
+        chunk: scenes rendered at once (memory / cache trade-off).
+
+    Raises:
+        ValueError: an image smaller than 8 x 8.
+    """
+
+    name = "image"
+
+    def __init__(
+        self,
+        *,
+        width: int = 240,
+        height: int = 160,
+        device: str | torch.device = "cpu",
+        soft_shadows: bool = True,
+        antialias: bool = True,
+        chunk: int = 32,
+    ):
+        if width < 8 or height < 8:
+            raise ValueError(f"image size must be at least 8 x 8, got {width} x {height}")
+        self.width, self.height, self.chunk = int(width), int(height), max(1, int(chunk))
+        self.device = torch.device(device)
+        self.soft_shadows, self.antialias = soft_shadows, antialias
+        self.camera = Camera(width=self.width, height=self.height)
+        self._setup()
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return (3, self.height, self.width)
+
+    @property
+    def value_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    # --- fixed per camera ----------------------------------------------------------------
+    def _setup(self) -> None:
+        dev, cam, ts = self.device, self.camera, _TILE
+        right, up, fwd = (torch.tensor(v, dtype=torch.float32, device=dev) for v in cam.basis())
+        self._right, self._up, self._fwd, self._focal = right, up, fwd, cam.focal
+        self._eye = torch.tensor(cam.position, dtype=torch.float32, device=dev)
+        # Key light from the camera's upper left, so shadows fall right and away from the
+        # viewer as in CLEVR; a weak fill light from the right casts no shadow.
+        back = _unit(torch.stack([-fwd[0], -fwd[1], torch.zeros((), device=dev)]))
+        z = torch.tensor([0.0, 0.0, 1.0], device=dev)
+        self._light = _unit(-0.45 * right + 0.6 * back + 0.7 * z)
+        self._fill = _unit(0.8 * right + 0.6 * back + 0.4 * z)
+        self._panel = _unit(-0.3 * right + back + 0.5 * z)  # soft box behind the camera
+        self._penumbra = 0.1 if self.soft_shadows else 0.0  # the light's angular size (rad)
+        self._ntx, self._nty = -(-self.width // ts), -(-self.height // ts)
+        ty, tx = torch.meshgrid(
+            torch.arange(self._nty, device=dev), torch.arange(self._ntx, device=dev), indexing="ij"
+        )
+        self._tile_x0 = (tx.reshape(-1) * ts).float()  # (nT,)
+        self._tile_y0 = (ty.reshape(-1) * ts).float()
+        iy, ix = torch.meshgrid(
+            torch.arange(ts, device=dev), torch.arange(ts, device=dev), indexing="ij"
+        )
+        px = self._tile_x0[:, None] + ix.reshape(1, -1) + 0.5  # (nT, P) pixel centres
+        py = self._tile_y0[:, None] + iy.reshape(1, -1) + 0.5
+        d = (
+            fwd * self._focal
+            + right * (px - self.width / 2).unsqueeze(-1)
+            - up * (py - self.height / 2).unsqueeze(-1)
+        )
+        self._dirs = _unit(d)  # (nT, P, 3)
+        self._dirs_c = self._dirs.permute(2, 0, 1).contiguous()  # (3, nT, P) for gathers
+        tg = -self._eye[2] / self._dirs[..., 2].clamp_max(-1e-6)  # every ray looks down
+        self._ground = self._eye + tg.unsqueeze(-1) * self._dirs  # (nT, P, 3)
+        self._bg = self._floor(self._ground)  # (nT, P, 3)
+
+    def _floor(self, g: torch.Tensor) -> torch.Tensor:
+        """Colour of the unshadowed floor at ground points g (..., 3): grey, lit most brightly
+        around the scene centre and fading with distance like CLEVR's backdrop."""
+        r2 = g[..., 0] ** 2 + g[..., 1] ** 2
+        v = 0.36 + 0.2 * torch.exp(-r2 / 60.0)
+        return v.unsqueeze(-1).expand(*v.shape, 3)
+
+    def _sky(self, r: torch.Tensor) -> torch.Tensor:
+        """Environment above the horizon seen in metal (directions r (..., 3)): a dim studio,
+        brighter toward the horizon, with a soft box behind the camera and a glow around the
+        key light, so flat metal faces pick up bright reflections that change with angle."""
+        rz = r[..., 2].clamp(0.0, 1.0)
+        glow = torch.exp(((r @ self._light) - 1.0) / 0.04)
+        box = _smoothstep(((r @ self._panel) - 0.86) / 0.08)
+        v = 0.5 + 0.35 * torch.exp(-rz / 0.2) + 0.9 * glow + 0.6 * box
+        return v.unsqueeze(-1).expand(*v.shape, 3)
+
+    def _project(self, pts: torch.Tensor) -> torch.Tensor:
+        rel = pts - self._eye
+        depth = (rel @ self._fwd).clamp_min(1e-3)
+        px = self.width / 2 + self._focal * (rel @ self._right) / depth
+        py = self.height / 2 - self._focal * (rel @ self._up) / depth
+        return torch.stack([px, py], dim=-1)
+
+    # --- per batch -----------------------------------------------------------------------
+    def _coverage(self, ob: _Objects) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tiles each object can touch: (B, 5, nT) for its own pixels and for its shadow.
+
+        A point shadowed by an object lies between the object and the object's shadow on the
+        floor, so on screen inside the convex hull of the two bounding rectangles; a tile
+        meets that hull when some rectangle interpolated between them (lam in [0, 1]) does.
+        """
+        dev = self.device
+        sx = torch.tensor([-1.0, 1.0, -1.0, 1.0], device=dev)
+        sy = torch.tensor([-1.0, -1.0, 1.0, 1.0], device=dev)
+        r = ob.radius.unsqueeze(-1)  # (B, 5, 1)
+        cx, cy = ob.centre[..., 0:1] + sx * r, ob.centre[..., 1:2] + sy * r  # (B, 5, 4)
+        top = 2.0 * ob.height.unsqueeze(-1).expand_as(cx)
+        bottom = torch.stack([cx, cy, torch.zeros_like(cx)], -1)
+        upper = torch.stack([cx, cy, top], -1)
+        cast = upper - (upper[..., 2:3] / self._light[2]) * self._light  # (B, 5, 4, 3)
+        body = self._project(torch.cat([bottom, upper], -2))  # (B, 5, 8, 2)
+        ground = self._project(torch.cat([bottom, cast], -2))
+        margin = 1.5
+        b_lo, b_hi = body.amin(-2) - margin, body.amax(-2) + margin  # (B, 5, 2)
+        # Penumbra reach on the floor: penumbra * travel from the object's top, in pixels.
+        depth = ((ob.centre - self._eye) @ self._fwd).clamp_min(1.0)
+        pen = self._penumbra * 2.0 * ob.height / self._light[2] * self._focal / depth
+        pen = pen.unsqueeze(-1) + margin  # (B, 5, 1)
+        g_lo, g_hi = ground.amin(-2) - pen, ground.amax(-2) + pen
+        tlo = torch.stack([self._tile_x0, self._tile_y0], -1)  # (nT, 2)
+        thi = tlo + _TILE
+        valid = ob.valid.unsqueeze(-1)
+        own = ((tlo < b_hi.unsqueeze(-2)) & (thi > b_lo.unsqueeze(-2))).all(-1) & valid
+        # lam where lerp(b, g, lam) meets the tile: a + slope * lam > 0 per axis and side.
+        lam_lo = torch.zeros((), device=dev)
+        lam_hi = torch.ones((), device=dev)
+        for a, slope in (
+            (b_hi.unsqueeze(-2) - tlo, (g_hi - b_hi).unsqueeze(-2)),  # tile low < rect high
+            (thi - b_lo.unsqueeze(-2), (b_lo - g_lo).unsqueeze(-2)),  # tile high > rect low
+        ):  # (B, 5, nT, 2)
+            root = -a / torch.where(slope == 0, torch.full_like(slope, 1e-9), slope)
+            lam_lo = torch.maximum(lam_lo, torch.where(slope > 0, root, -math.inf).amax(-1))
+            lam_hi = torch.minimum(lam_hi, torch.where(slope < 0, root, math.inf).amin(-1))
+            lam_hi = torch.where(((slope == 0) & (a <= 0)).any(-1), -1.0, lam_hi)
+        return own, (lam_lo <= lam_hi) & valid
+
+    def _render_chunk(self, p: Packed) -> torch.Tensor:
+        """Images (B, 3, H, W) of one chunk."""
+        ob = _Objects(p, self.device)
+        B, nT, P = len(p), self._dirs.shape[0], _TILE * _TILE
+        cov_own, cov_shadow = self._coverage(ob)
+        ab, at = cov_shadow.any(1).nonzero(as_tuple=True)  # (T,) image, tile of active tiles
+        canvas = self._bg.unsqueeze(0).repeat(B, 1, 1, 1)  # (B, nT, P, 3)
+        ids = torch.full((B, nT, P), -1, dtype=torch.int8, device=self.device)
+        if ab.numel():
+            col, pid = self._render_tiles(ob, ab, at, cov_own, cov_shadow)
+            canvas[ab, at] = col
+            ids[ab, at] = pid.to(torch.int8)
+        ts = _TILE
+        img = canvas.view(B, self._nty, self._ntx, ts, ts, 3).permute(0, 1, 3, 2, 4, 5)
+        img = img.reshape(B, self._nty * ts, self._ntx * ts, 3)[:, : self.height, : self.width]
+        if self.antialias and ab.numel():
+            idm = ids.view(B, self._nty, self._ntx, ts, ts).permute(0, 1, 3, 2, 4)
+            idm = idm.reshape(B, self._nty * ts, self._ntx * ts)[:, : self.height, : self.width]
+            img = self._antialias(img.contiguous(), idm)
+        return img.permute(0, 3, 1, 2).contiguous()
+
+    def _render_tiles(self, ob, ab, at, cov_own, cov_shadow):
+        """Colours (T, P, 3) and object ids (T, P) (-1: floor) of the active tiles."""
+        T, P, dev = ab.numel(), _TILE * _TILE, self.device
+        dirs = self._dirs[at]  # (T, P, 3)
+
+        # Primary rays, only for (tile, object) pairs where the object's box meets the tile.
+        row, obj = cov_own[ab, :, at].nonzero(as_tuple=True)  # (Q,)
+        qb = ab[row]
+        c, s = ob.cos[qb, obj, None], ob.sin[qb, obj, None]  # (Q, 1)
+        rel = self._eye - ob.centre[qb, obj]  # (Q, 3)
+        o = _to_local((rel[:, 0:1], rel[:, 1:2], rel[:, 2:3]), c, s)
+        d = _to_local(tuple(self._dirs_c[:, at[row]]), c, s)  # (Q, P) each
+        shp = (ob.hxy[qb, obj, None], ob.hz[qb, obj, None], ob.wz[qb, obj, None])
+        t_in, _, hit, *_ = _hit(o, d, *shp, ob.rr[qb, obj, None])
+        t_q = torch.where(hit, t_in, math.inf)  # (Q, P)
+        tmin = torch.full((T, P), math.inf, device=dev)
+        tmin = tmin.scatter_reduce(0, row[:, None].expand(-1, P), t_q, "amin")
+        wq, wp = (hit & (t_q == tmin[row])).nonzero(as_tuple=True)  # (K,) object pixels
+        wr, wo, wb = row[wq], obj[wq], qb[wq]
+        pid = torch.full((T, P), -1, dtype=torch.long, device=dev)
+        pid[wr, wp] = wo
+        d_k = dirs[wr, wp]  # (K, 3)
+        x_k = self._eye + tmin[wr, wp, None] * d_k
+        n_k = self._normals(ob, wb, wo, x_k)
+
+        # Shadow-ray origins: the floor point, or the object point nudged off its surface.
+        origin = self._ground[at].permute(2, 0, 1).contiguous()  # (3, T, P)
+        origin[2] = 2e-3
+        origin[:, wr, wp] = (x_k + 2e-3 * n_k).T
+        vis = self._shadows(ob, ab, at, cov_shadow, origin, pid)  # (T, P)
+        col = self._bg[at] * (1.0 - 0.62 * (1.0 - vis)).unsqueeze(-1)  # shadowed floor
+        col[wr, wp] = self._shade(ob, wb, wo, d_k, x_k, n_k, vis[wr, wp])
+        return col, pid
+
+    def _normals(self, ob: _Objects, b, k, x) -> torch.Tensor:
+        """World normals (K, 3) at surface points x (K, 3) of objects (b, k)."""
+        c, s = ob.cos[b, k], ob.sin[b, k]
+        rel = x - ob.centre[b, k]
+        lx, ly, lz = _to_local(rel.unbind(-1), c, s)
+        shape, r = ob.shape[b, k], ob.radius[b, k]
+        # Cube: the axis where the point is furthest out; cylinder: cap or side; sphere: radial.
+        ax, ay, az = lx.abs(), ly.abs(), lz.abs()
+        cx = (ax >= ay) & (ax >= az)
+        cy = ~cx & (ay >= az)
+        cube = torch.stack([cx * lx.sign(), cy * ly.sign(), (~cx & ~cy) * lz.sign()], -1)
+        cap = az >= r - 1e-3 * r  # on a cylinder's top (or bottom) cap
+        cyl = torch.stack([lx * ~cap, ly * ~cap, cap * lz.sign()], -1)
+        n = torch.stack([lx, ly, lz], -1)
+        n = torch.where(
+            (shape == _CUBE)[:, None], cube, torch.where((shape == _CYL)[:, None], cyl, n)
+        )
+        wx = c * n[:, 0] - s * n[:, 1]
+        wy = s * n[:, 0] + c * n[:, 1]
+        return _unit(torch.stack([wx, wy, n[:, 2]], -1))
+
+    def _shadows(self, ob, ab, at, cov_shadow, origin, pid) -> torch.Tensor:
+        """Visibility of the key light (T, P) in [0, 1] from the points `origin` (3, T, P)."""
+        T, P = origin.shape[1:]
+        row, obj = cov_shadow[ab, :, at].nonzero(as_tuple=True)  # (S,)
+        sb = ab[row]
+        c, s = ob.cos[sb, obj, None], ob.sin[sb, obj, None]  # (S, 1)
+        cen = ob.centre[sb, obj]
+        o = _to_local(tuple(origin[:, row] - cen.T[:, :, None]), c, s)  # (S, P) each
+        L = self._light
+        d = _to_local((L[0].expand_as(c), L[1].expand_as(c), L[2].expand_as(c)), c, s)
+        shp = (ob.hxy[sb, obj, None], ob.hz[sb, obj, None], ob.wz[sb, obj, None])
+        _, _, hit, gap, dq, tq = _hit(o, d, *shp, ob.rr[sb, obj, None])
+        if self.soft_shadows:
+            # Penumbra: how far the ray passes from the object (exact for spheres and the
+            # cylinder's side, ~half the slab gap near box edges) relative to how far it
+            # travelled there: a light of about `_penumbra` radians.
+            miss = torch.maximum(dq, 0.5 * gap).clamp_min(0.0)
+            v = _smoothstep(miss / (self._penumbra * tq.clamp_min(1e-3)))
+            v = torch.where(tq > 0, v, 1.0)
+        else:
+            v = torch.ones_like(tq)
+        own = pid[row] == obj[:, None]  # own surface: Lambert shading handles it
+        v = torch.where(own, 1.0, torch.where(hit, 0.0, v))
+        vis = torch.ones(T, P, device=self.device)
+        return vis.scatter_reduce(0, row[:, None].expand(-1, P), v, "amin")
+
+    def _reflect_objects(self, ob: _Objects, b, k, x, refl) -> tuple[torch.Tensor, ...]:
+        """Which other object (if any) a mirror ray from x (M, 3) along refl (M, 3) meets
+        first, and its colour there (M, 3); what metal shows of its neighbours."""
+        c, s = ob.cos[b], ob.sin[b]  # (M, 5) every object of the same scene
+        rel = x[:, None, :] - ob.centre[b]  # (M, 5, 3)
+        o = _to_local(rel.unbind(-1), c, s)
+        d = _to_local(tuple(refl[:, i : i + 1] for i in range(3)), c, s)
+        t_in, _, hit, *_ = _hit(o, d, ob.hxy[b], ob.hz[b], ob.wz[b], ob.rr[b])
+        hit &= ob.valid[b] & (torch.arange(5, device=x.device) != k[:, None]) & (t_in > 0)
+        t, j = torch.where(hit, t_in, math.inf).min(-1)  # (M,)
+        seen = torch.isfinite(t)
+        p = x + t.clamp_max(1e3)[:, None] * refl
+        n = self._normals(ob, b, j, p)
+        col = ob.albedo[b, j] * (0.35 + 0.65 * (n @ self._light).clamp_min(0.0))[:, None]
+        return seen, col
+
+    def _shade(self, ob, b, k, dirs, x, n, vis) -> torch.Tensor:
+        """Colours (K, 3) of object points: rubber is Lambertian with a faint broad sheen;
+        metal is a tinted mirror of its surroundings (studio, floor and the other objects)
+        with a broad tinted and a sharp white highlight."""
+        albedo, metal = ob.albedo[b, k], ob.metal[b, k]
+        L, F = self._light, self._fill
+        ndl = (n @ L).clamp_min(0.0) * vis  # (K,)
+        ndf = (n @ F).clamp_min(0.0)
+        ndh = (n * _unit(L - dirs)).sum(-1).clamp_min(0.0)
+        diffuse = 0.36 + 0.62 * ndl + 0.22 * ndf
+        out = albedo * diffuse[:, None] + (0.08 * ndh.pow(10) * vis)[:, None]  # rubber
+        m = metal.nonzero(as_tuple=True)[0]
+        if m.numel():
+            dm, xm, nm = dirs[m], x[m], n[m]
+            ndv = -(nm * dm).sum(-1)
+            refl = dm + 2.0 * ndv[:, None] * nm
+            down = refl[:, 2] < -1e-3
+            tg = (-xm[:, 2] / torch.where(down, refl[:, 2], -1.0)).clamp_min(0.0)
+            # The mirrored floor fades into a bright haze with distance, so vertical metal
+            # faces darken toward their base, as a mirror beside a dark floor does.
+            haze = (1.0 - torch.exp(-tg / 1.2))[:, None]
+            floor = 0.7 * self._floor(xm + tg[:, None] * refl) * (1.0 - haze) + 0.95 * haze
+            env = torch.where(down[:, None], floor, self._sky(refl))
+            seen, col = self._reflect_objects(ob, b[m], k[m], xm + 2e-3 * nm, refl)
+            env = torch.where(seen[:, None], col, env)
+            fres = 0.8 + 0.2 * (1.0 - ndv.clamp(0.0, 1.0)).pow(5)
+            hm, vm = ndh[m], vis[m]
+            out[m] = (
+                albedo[m] * (0.05 + 0.2 * ndl[m] + 0.45 * hm.pow(16) * vm)[:, None]
+                + 1.1 * albedo[m] * env * fres[:, None]
+                + (1.2 * hm.pow(150) * vm)[:, None]
+            )
+        return out.clamp(0.0, 1.0)
+
+    def _antialias(self, img: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Blend pixels on an object silhouette (id differs from a 4-neighbour) halfway with
+        their 3 x 3 mean. img (B, H, W, 3), ids (B, H, W)."""
+        B, H, W, _ = img.shape
+        diff_y = ids[:, 1:] != ids[:, :-1]  # (B, H-1, W)
+        diff_x = ids[:, :, 1:] != ids[:, :, :-1]
+        edge = torch.zeros_like(ids, dtype=torch.bool)
+        edge[:, 1:] |= diff_y
+        edge[:, :-1] |= diff_y
+        edge[:, :, 1:] |= diff_x
+        edge[:, :, :-1] |= diff_x
+        eb, ey, ex = edge.nonzero(as_tuple=True)  # (E,)
+        off = torch.tensor([-1, 0, 1], device=img.device)
+        ny = (ey[:, None] + off.repeat_interleave(3)).clamp(0, H - 1)  # (E, 9)
+        nx = (ex[:, None] + off.repeat(3)).clamp(0, W - 1)
+        blur = img[eb[:, None], ny, nx].mean(1)  # (E, 3)
+        img[eb, ey, ex] = 0.5 * (img[eb, ey, ex] + blur)
+        return img
+
+    @torch.inference_mode()
+    def render(self, records: Sequence[dict]) -> Rendered:
+        """Render scene records to float32 images (B, 3, H, W) in [0, 1] on `device`."""
+        packed = pack_records(records)
+        out = [
+            self._render_chunk(
+                Packed(**{f: getattr(packed, f)[lo : lo + self.chunk] for f in _FIELDS})
+            )
+            for lo in range(0, len(packed), self.chunk)
+        ]
+        if not out:
+            return Rendered(torch.zeros(0, *self.item_shape, device=self.device))
+        return Rendered(torch.cat(out))
+
+    def render_uint8(self, records: Sequence[dict]) -> tuple[np.ndarray, torch.Tensor]:
+        """Render and return ``(uint8 array (B, H, W, 3), float tensor (B, 3, H, W))``."""
+        img = self.render(records).data
+        u8 = (img * 255.0 + 0.5).clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        return u8.cpu().numpy(), img
+
+
+def render_images(
+    records: Sequence[dict], *, width: int = 240, height: int = 160, device: str = "cpu"
+) -> tuple[np.ndarray, torch.Tensor]:
+    """Render scene records: ``(uint8 (B, H, W, 3), float32 (B, 3, H, W) in [0, 1])``."""
+    return ImageRenderer(width=width, height=height, device=device).render_uint8(records)
+
+
+def save_png(image: np.ndarray | torch.Tensor, path: str | Path) -> Path:
+    """Write one image, uint8 (H, W, 3) or float (3, H, W) in [0, 1], as a PNG."""
+    from PIL import Image
+
+    if isinstance(image, torch.Tensor):
+        image = (image.detach().cpu().clamp(0, 1) * 255 + 0.5).to(torch.uint8)
+        image = image.permute(1, 2, 0).numpy()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.ascontiguousarray(image)).save(path)
+    return path

@@ -1,0 +1,278 @@
+"""Sound modality (spec section 7, paper B.5): one synthesised note per object, mixed. Colour
+picks the instrument, y bin the pitch, x bin the onset, shape the envelope, size the gain,
+metal a 1 kHz low-pass; the model reads a log-magnitude spectrogram."""
+
+from __future__ import annotations
+
+import wave
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from curi.scenes import COLORS, SHAPES
+from renderers.base import Rendered, Renderer, pack_records
+
+__all__ = [
+    "INSTRUMENTS",
+    "SCALE_MIDI",
+    "Instrument",
+    "SoundConfig",
+    "SoundRenderer",
+    "synthesize",
+    "spectrogram",
+    "save_wav",
+]
+
+# y bin 1 (top of the image) is the highest note: C major, C5 down to C4.
+SCALE_MIDI = (72, 71, 69, 67, 65, 64, 62, 60)
+_TABLE = 2048  # samples per wavetable period
+_CHUNK = 16  # scenes synthesised at once
+
+
+@dataclass(frozen=True)
+class Instrument:
+    """A synthesised timbre: harmonic amplitudes (fundamental first), attack time, vibrato,
+    and a pluck (a decay from the attack down to a sustain level)."""
+
+    name: str
+    harmonics: tuple[float, ...]
+    attack: float
+    vibrato_hz: float = 0.0
+    vibrato_depth: float = 0.0  # relative frequency deviation
+    pluck_sustain: float = 1.0  # level the pluck decays to (1: no pluck)
+    pluck_tau: float = 0.1  # seconds
+
+
+INSTRUMENTS: dict[str, Instrument] = {
+    # Brass: many strong harmonics peaking at the 3rd, quick attack, slight vibrato.
+    "gray": Instrument("trumpet", (0.55, 0.85, 1, 0.95, 0.8, 0.65, 0.5, 0.38, 0.28, 0.2, 0.14),
+                       0.04, 5.0, 0.003),
+    # Cylindrical bore: odd harmonics dominate.
+    "red": Instrument("clarinet", (1, 0.04, 0.75, 0.04, 0.5, 0.03, 0.32, 0.02, 0.18, 0.01, 0.1),
+                      0.03),
+    # Bowed string: bright, a strong 2nd partial and a long tail; slow attack, clear vibrato.
+    "blue": Instrument("violin", (0.7, 1, 0.75, 0.45, 0.6, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2),
+                       0.09, 5.5, 0.008),
+    # Nearly sinusoidal, gentle vibrato.
+    "green": Instrument("flute", (1, 0.1, 0.03), 0.06, 4.5, 0.004),
+    # Double reed: nasal, second and third harmonics above the fundamental.
+    "brown": Instrument("oboe", (0.5, 1, 0.85, 0.55, 0.35, 0.25, 0.15, 0.1, 0.06), 0.03, 5.0,
+                        0.003),
+    # Conical reed: strong fundamental, a dip at the 2nd, a reedy band at 3-4 and 6-7.
+    "purple": Instrument("saxophone", (1, 0.3, 0.6, 0.55, 0.2, 0.4, 0.35, 0.1, 0.08),
+                         0.04, 5.0, 0.005),
+    # Mellow brass: a strong 2nd harmonic, few above, soft attack.
+    "cyan": Instrument("french horn", (1, 0.75, 0.35, 0.12, 0.05), 0.08),
+    # Plucked string: instant attack decaying to a low sustain.
+    "yellow": Instrument("guitar", (1, 0.7, 0.5, 0.42, 0.3, 0.25, 0.18, 0.12, 0.08, 0.05),
+                         0.004, pluck_sustain=0.3, pluck_tau=0.12),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SoundConfig:
+    """Options of the sound modality.
+
+    Attributes:
+        sample_rate: samples per second.
+        duration: clip length in seconds.
+        note_duration: length of every note in seconds; the 8 onsets are evenly spaced over
+            ``[0, duration - note_duration]``.
+        cutoff_hz: low-pass cutoff for metal (4th-order Butterworth).
+        n_fft, hop_length: spectrogram frame and hop (n_fft // 2 + 1 frequency bins).
+        top_db: dynamic range of the normalised spectrogram.
+        master_gain: fixed mix level (no per-scene normalisation, so size stays audible).
+    """
+
+    sample_rate: int = 16_000
+    duration: float = 2.0
+    note_duration: float = 0.8
+    cutoff_hz: float = 1000.0
+    n_fft: int = 400
+    hop_length: int = 200
+    top_db: float = 80.0
+    master_gain: float = 0.25
+
+    def check(self) -> None:
+        """Raises ValueError on inconsistent options."""
+        if self.sample_rate < 4000:
+            raise ValueError(f"sample_rate must be >= 4000, got {self.sample_rate}")
+        if not 0 < self.note_duration <= self.duration:
+            raise ValueError("need 0 < note_duration <= duration")
+        if not 0 < self.cutoff_hz < self.sample_rate / 2:
+            raise ValueError("cutoff_hz must be between 0 and the Nyquist frequency")
+        if self.n_fft < 16 or self.hop_length < 1:
+            raise ValueError("n_fft must be >= 16 and hop_length >= 1")
+
+    @property
+    def num_samples(self) -> int:
+        return int(round(self.duration * self.sample_rate))
+
+    @property
+    def note_samples(self) -> int:
+        return int(round(self.note_duration * self.sample_rate))
+
+    def onset_samples(self) -> np.ndarray:
+        """Start sample of x bins 1..8 (index 0..7)."""
+        span = self.num_samples - self.note_samples
+        return np.round(np.arange(8) * span / 7).astype(np.int64)
+
+
+def _midi_hz(m: float) -> float:
+    return 440.0 * 2.0 ** ((m - 69) / 12)
+
+
+@lru_cache(maxsize=8)
+def _tables(sample_rate: int) -> np.ndarray:
+    """One period per (colour, y bin): (8, 8, TABLE + 1) float32, peak 1, band-limited below
+    Nyquist (the extra sample wraps around for interpolation)."""
+    phase = np.arange(_TABLE + 1) / _TABLE
+    out = np.zeros((len(COLORS), 8, _TABLE + 1), np.float32)
+    for ci, colour in enumerate(COLORS):
+        amps = np.asarray(INSTRUMENTS[colour].harmonics, float)
+        for yi, m in enumerate(SCALE_MIDI):
+            k = np.arange(1, len(amps) + 1)
+            keep = k * _midi_hz(m) < 0.45 * sample_rate
+            w = (amps[keep, None] * np.sin(2 * np.pi * k[keep, None] * phase)).sum(0)
+            out[ci, yi] = w / np.abs(w).max()
+    return out
+
+
+@lru_cache(maxsize=8)
+def _lowpass(sample_rate: int, cutoff: float) -> np.ndarray:
+    from scipy.signal import butter
+
+    return butter(4, cutoff, btype="low", fs=sample_rate, output="sos")
+
+
+@lru_cache(maxsize=8)
+def _note_tables(cfg: SoundConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-note curves over the note's L samples, shared by all notes of a kind:
+    warped time per colour (8, L) (time plus the vibrato's phase deviation, so phase is
+    frequency * warp), envelope per colour (8, L) (attack, pluck, release) and per shape
+    (3, L) (cube constant, sphere fading out, cylinder fading in)."""
+    t = np.arange(cfg.note_samples) / cfg.sample_rate  # (L,)
+    warp, env = [], []
+    for colour in COLORS:
+        i = INSTRUMENTS[colour]
+        r = max(i.vibrato_hz, 1e-6)
+        warp.append(t + i.vibrato_depth * (1 - np.cos(2 * np.pi * r * t)) / (2 * np.pi * r))
+        pluck = i.pluck_sustain + (1 - i.pluck_sustain) * np.exp(-t / i.pluck_tau)
+        release = np.minimum((cfg.note_duration - t) / 0.03, 1.0)
+        env.append(np.minimum(t / i.attack, 1.0) * pluck * release)
+    u = t / cfg.note_duration
+    trend = {"cube": np.ones_like(u), "sphere": 1.0 - 0.95 * u, "cylinder": 0.05 + 0.95 * u}
+    shape_env = np.stack([trend[s] for s in SHAPES])
+    return tuple(np.asarray(a, np.float32) for a in (warp, env, shape_env))
+
+
+def synthesize(records: Sequence[dict], config: SoundConfig | None = None) -> np.ndarray:
+    """Waveforms of a batch of scene records (spec section 7).
+
+    Args:
+        records: scene records (`ConceptBank.scene_records`).
+        config: sound options (default `SoundConfig()`).
+
+    Returns:
+        float32 (B, num_samples) in [-1, 1].
+    """
+    cfg = config or SoundConfig()
+    cfg.check()
+    if len(records) > _CHUNK:  # (N, L) temporaries stay in cache
+        parts = [synthesize(records[i : i + _CHUNK], cfg) for i in range(0, len(records), _CHUNK)]
+        return np.concatenate(parts)
+    p = pack_records(records)
+    sr, n_out, n_note = cfg.sample_rate, cfg.num_samples, cfg.note_samples
+    b, k = np.nonzero(p.valid)  # one note per object: (N,)
+    if np.any((p.x[b, k] < 1) | (p.x[b, k] > 8) | (p.y[b, k] < 1) | (p.y[b, k] > 8)):
+        raise ValueError("sound needs location bins x, y in 1..8 for every object")
+    colour, yb = p.color[b, k], p.y[b, k] - 1
+    warp, inst_env, shape_env = _note_tables(cfg)
+    freq = np.asarray([_midi_hz(m) for m in SCALE_MIDI], np.float32)[yb]  # (N,)
+
+    # Table lookup at the instrument's (vibrato-warped) time, linear interpolation: (N, L).
+    cycles = freq[:, None] * warp[colour]
+    pos = (cycles - np.floor(cycles)) * _TABLE
+    i0 = pos.astype(np.int64)
+    frac = pos - i0
+    i0 += ((colour * 8 + yb) * (_TABLE + 1))[:, None]
+    tab = _tables(sr).reshape(-1)
+    tone = tab[i0]
+    tone += (tab[i0 + 1] - tone) * frac
+    gain = np.where(p.size[b, k] == 1, 1.0, 0.3).astype(np.float32) * cfg.master_gain
+    notes = tone * inst_env[colour] * shape_env[p.shape[b, k]] * gain[:, None]
+
+    # Mix: rubber and metal buses per scene; the metal bus is low-passed.
+    bus = np.zeros((2, len(p), n_out), np.float32)
+    onsets = cfg.onset_samples()[p.x[b, k] - 1]
+    metal = p.material[b, k]
+    for j in range(len(b)):
+        bus[metal[j], b[j], onsets[j] : onsets[j] + n_note] += notes[j]
+    if metal.any():
+        from scipy.signal import sosfilt
+
+        bus[1] = sosfilt(_lowpass(sr, cfg.cutoff_hz), bus[1], axis=-1)
+    return np.clip(bus[0] + bus[1], -1.0, 1.0)
+
+
+def spectrogram(waves: np.ndarray, config: SoundConfig | None = None) -> np.ndarray:
+    """Log-magnitude spectrograms (B, n_fft // 2 + 1, frames) in [0, 1] (librosa STFT).
+
+    0 is ``top_db`` below, 1 at the level of a full-scale sine; the reference is fixed, so
+    louder scenes give larger values.
+    """
+    import librosa  # slow first import: only when sound is used
+
+    cfg = config or SoundConfig()
+    mag = np.abs(librosa.stft(waves, n_fft=cfg.n_fft, hop_length=cfg.hop_length))
+    ref = cfg.n_fft / 4  # STFT magnitude of a unit sine under a Hann window
+    db = librosa.amplitude_to_db(mag, ref=ref, amin=1e-5, top_db=None)
+    return np.clip(1.0 + db / cfg.top_db, 0.0, 1.0).astype(np.float32)
+
+
+def save_wav(waveform: np.ndarray, path: str | Path, sample_rate: int) -> Path:
+    """Write one waveform (T,) in [-1, 1] as 16-bit mono WAV."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pcm = (np.clip(waveform, -1, 1) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(int(sample_rate))
+        w.writeframes(pcm.tobytes())
+    return path
+
+
+class SoundRenderer(Renderer):
+    """Spectrograms (B, n_fft // 2 + 1, frames), float32 in [0, 1]; see `SoundConfig` for the
+    options (passed as keywords)."""
+
+    name = "sound"
+
+    def __init__(self, *, device: str = "cpu", **options):
+        self.config = SoundConfig(**options)
+        self.config.check()
+        self.device = torch.device(device)
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        c = self.config
+        return (c.n_fft // 2 + 1, 1 + c.num_samples // c.hop_length)
+
+    @property
+    def value_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    def waveforms(self, records: Sequence[dict]) -> np.ndarray:
+        """Waveforms (B, num_samples) float32 in [-1, 1]."""
+        return synthesize(records, self.config)
+
+    def render(self, records: Sequence[dict]) -> Rendered:
+        if len(records) == 0:
+            return Rendered(torch.zeros(0, *self.item_shape, device=self.device))
+        spec = spectrogram(self.waveforms(records), self.config)
+        return Rendered(torch.from_numpy(spec).to(self.device))
