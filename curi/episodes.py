@@ -19,8 +19,8 @@ PAPER_SIZES = {"train": 500_000, "val": 5_000, "test": 20_000}
 NEGATIVES = ("hard", "easy")
 QUERY_NEGATIVES = ("hard", "easy", "random")
 _EXACT_MAX_ALTERNATES = 32  # above this, sample the pool by rejection instead of OR-ing rows
-_BATCH = 256  # candidate scenes per rejection round
-_MAX_ROUNDS = 16
+_BATCH = 64  # candidate scenes per rejection round
+_MAX_ROUNDS = 64
 
 
 @dataclass(frozen=True)

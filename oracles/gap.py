@@ -9,10 +9,11 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from curi.bits import transpose_blocks, unpack_rows
+from curi.bits import column_codes, pack_rows, transpose_blocks, unpack_rows
 from curi.episodes import EpisodeSampler
 from curi.rng import derive_rng
 from curi.splits import PAPER_SPLITS, Split, make_split
@@ -60,6 +61,11 @@ class EvalSet:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @cached_property
+    def all_scenes(self) -> np.ndarray:
+        """(ceil(M / 64),) words with the bits of every evaluation scene set."""
+        return pack_rows(np.ones(len(self.ids), bool))
+
 
 def ap_from_counts(scores: np.ndarray, n_pos: np.ndarray, n_tot: np.ndarray) -> float:
     """Step-wise average precision from per-score counts: ``n_pos[k]`` positives among
@@ -78,51 +84,71 @@ def ap_from_counts(scores: np.ndarray, n_pos: np.ndarray, n_tot: np.ndarray) -> 
     return float(np.sum(pos / total_pos * tp / np.maximum(seen, 1)))
 
 
-def _signature_codes(bits: np.ndarray) -> list[np.ndarray]:
-    """Per chunk of 8 rows of `bits` (G, M), a (M,) uint8 code whose bit j is row 8c + j."""
-    codes = []
-    for c in range(0, len(bits), 8):
-        code = np.zeros(bits.shape[1], np.uint8)
-        for j, row in enumerate(bits[c : c + 8]):
-            code |= row.view(np.uint8) << np.uint8(j)
-        codes.append(code)
-    return codes
+_MAX_CELLS = 16  # beyond this many distinct signatures, per-scene signatures are cheaper
 
 
-_BYTE_BITS = (np.arange(256)[:, None] >> np.arange(8)) & 1  # (256, 8): bits of each byte
+def _ap_by_cells(reps: np.ndarray, wg: np.ndarray, everything: np.ndarray, label_words):
+    """AP from the cells of the partition of the evaluation set by the groups' rows: split
+    every cell by each row in turn (cell & row, cell & ~row), drop empty cells; each final cell
+    is one signature. Only packed words are touched: no scene is looked at one by one.
+    Returns None when the cells outgrow `_MAX_CELLS`."""
+    cells, scores = everything[None, :], np.zeros(1)  # (C, ceil(M / 64)), (C,)
+    for row, weight in zip(reps, wg, strict=True):
+        cells = np.concatenate([cells & row, cells & ~row])
+        scores = np.r_[scores + weight, scores]
+        n_tot = np.bitwise_count(cells).sum(1)
+        keep = n_tot > 0
+        if keep.sum() > _MAX_CELLS:
+            return None
+        cells, scores, n_tot = cells[keep], scores[keep], n_tot[keep]
+    n_pos = np.bitwise_count(cells & label_words).sum(1)
+    return ap_from_counts(scores, n_pos, n_tot)
 
 
-def _oracle_ap(ev: EvalSet, label: np.ndarray, idx, w, groups) -> float:
+def _oracle_ap(ev: EvalSet, label: np.ndarray, idx, w, groups, label_words=None) -> float:
     """AP of an oracle's scores on the evaluation set (`label`: (M,) bool ground truth).
 
-    A scene's score depends only on which consistent synonym groups hold on it: its signature,
-    built as byte codes (8 groups a byte). With at most 16 groups, one bincount over the codes
-    gives the counts per distinct score; with more, the covered scenes are scored by table
-    look-ups and grouped by score."""
+    A scene's score depends only on which consistent synonym groups hold on it: its
+    signature. Counting scenes and positives per distinct signature gives AP without sorting
+    scenes: with few signatures by splitting packed rows (`_ap_by_cells`), else from every
+    scene's signature (its column of the groups x scenes bit matrix, by a bit transpose): a
+    bincount for at most 16 groups, a unique over the covered scenes' signatures beyond."""
     m = len(ev)
     if len(idx) == 0:
         return float(label.sum() / m)
     _, first, inv = np.unique(groups[idx], return_index=True, return_inverse=True)
     wg = np.bincount(inv, weights=w)
     n_groups = len(wg)
-    codes = _signature_codes(unpack_rows(ev.rows[idx[first]], m))  # one row per group
-    if n_groups <= 16:
-        code = codes[0] if n_groups <= 8 else codes[0] | (codes[1].astype(np.uint16) << 8)
-        n_tot = np.bincount(code, minlength=1 << n_groups)
-        n_pos = np.bincount(code[label], minlength=1 << n_groups)
-        present = np.flatnonzero(n_tot)
-        scores = ((present[:, None] >> np.arange(n_groups)) & 1) @ wg
-        return ap_from_counts(scores, n_pos[present], n_tot[present])
-    covered = np.flatnonzero(np.bitwise_or.reduce(codes, 0))  # (U,) scenes with a score > 0
-    scores = sum(
-        (_BYTE_BITS[:, : len(wg[8 * c : 8 * c + 8])] @ wg[8 * c : 8 * c + 8])[code[covered]]
-        for c, code in enumerate(codes)
-    )
-    lab = label[covered].astype(np.float64)
+    if label_words is None:
+        label_words = pack_rows(label)
+    reps = ev.rows[idx[first]]  # (G, ceil(M / 64)), one row per synonym group
+    ap = _ap_by_cells(reps, wg, ev.all_scenes, label_words)
+    if ap is not None:
+        return ap
+    if n_groups > 64:  # rare: signatures of several words, compared as raw bytes
+        sig = next(transpose_blocks(reps, m, block=reps.shape[1]))  # (M, ceil(G / 64))
+        covered = np.flatnonzero(sig.any(1))
+        keys = np.ascontiguousarray(sig[covered]).view(np.dtype((np.void, 8 * sig.shape[1])))
+        keys = keys.ravel()
+    else:
+        sig = column_codes(reps, m)  # (M,) one unsigned code per scene: bit g = group g holds
+        if n_groups <= 16:
+            n_tot = np.bincount(sig, minlength=1 << n_groups)
+            n_pos = np.bincount(sig[label], minlength=1 << n_groups)
+            present = np.flatnonzero(n_tot)
+            scores = ((present[:, None] >> np.arange(n_groups)) & 1) @ wg
+            return ap_from_counts(scores, n_pos[present], n_tot[present])
+        covered = np.flatnonzero(sig)
+        keys = sig[covered]
+    uniq, first_of, inv_u = np.unique(keys, return_index=True, return_inverse=True)
+    n_tot = np.bincount(inv_u, minlength=len(uniq))
+    n_pos = np.bincount(inv_u[label[covered]], minlength=len(uniq))
+    first_scene = covered[first_of]
+    bits = (reps[:, first_scene >> 6] >> (first_scene & 63).astype(np.uint64)) & np.uint64(1)
+    scores = wg @ bits.astype(np.float64)  # (distinct signatures,)
+    rest_pos = label.sum() - n_pos.sum()
     return ap_from_counts(
-        np.r_[scores, 0.0],
-        np.r_[lab, label.sum() - lab.sum()],
-        np.r_[np.ones(len(covered)), m - len(covered)],
+        np.r_[scores, 0.0], np.r_[n_pos, rest_pos], np.r_[n_tot, m - len(covered)]
     )
 
 
@@ -180,7 +206,8 @@ def score_split(
     bar = tqdm(range(episodes), desc=f"{split.name}/{negatives}", disable=not progress)
     for i in bar:
         e = sampler[i]
-        label = unpack_rows(ev.rows[e.concept], m)  # (M,) ground truth on the eval set
+        label_words = ev.rows[e.concept]  # ground truth on the eval set, packed and unpacked
+        label = unpack_rows(label_words, m)
         n_pos = int(n_pos_eval[e.concept])
         for k, oracle in enumerate((strong, weak)):
             if k == 1 and same:
@@ -192,7 +219,7 @@ def score_split(
             cba, tp, tn = _cba(q, e.query_labels)
             out[("cba_s", "cba_w")[k]][i] = cba
             pooled[k] += (tp, tn)
-            out[("ap_s", "ap_w")[k]][i] = _oracle_ap(ev, label, idx, w, groups)
+            out[("ap_s", "ap_w")[k]][i] = _oracle_ap(ev, label, idx, w, groups, label_words)
         rng = derive_rng(seed, f"random-oracle:{split.name}:{negatives}", i)
         out["ap_r"][i] = _random_ap(rng, n_pos, m)
         out["cba_r"][i] = _cba(rng.random(len(e.query_ids)), e.query_labels)[0]

@@ -170,3 +170,13 @@ def test_bit_transpose_matches_unpacking(rows, cols, block):
     t = np.concatenate(list(transpose_blocks(pack_rows(bits), cols, block=block)))
     assert t.shape == (cols, -(-rows // 64))
     np.testing.assert_array_equal(unpack_rows(t, rows), bits.T)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 9, 16, 17, 33, 64])
+def test_column_codes(rows):
+    from curi.bits import column_codes, pack_rows
+
+    bits = np.random.default_rng(rows).random((rows, 300)) < 0.5
+    codes = column_codes(pack_rows(bits), 300).astype(np.uint64)
+    want = (bits.astype(np.uint64) << np.arange(rows, dtype=np.uint64)[:, None]).sum(0)
+    np.testing.assert_array_equal(codes, want)

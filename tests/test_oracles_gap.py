@@ -33,12 +33,16 @@ def test_eval_set_rows_are_the_truth_on_eval_scenes(tiny_bank, evalset):
     )
 
 
-def test_grouped_ap_equals_plain_ap(tiny_bank, evalset):
+@pytest.mark.parametrize("max_cells", [64, 0])  # 0: per-scene signatures only
+def test_grouped_ap_equals_plain_ap(tiny_bank, evalset, monkeypatch, max_cells):
+    import oracles.gap as gap_mod
+
+    monkeypatch.setattr(gap_mod, "_MAX_CELLS", max_cells)
     m = len(evalset)
     dense = unpack_rows(evalset.rows, m)
     split = make_split(tiny_bank, "concept_iid")
     groups = np.asarray(tiny_bank.groups)
-    big = 0
+    sizes = set()
     for negatives, hypotheses in [(n, h) for n in ("hard", "easy") for h in (None, split.train)]:
         oracle = Oracle(tiny_bank, hypotheses, negatives=negatives)
         sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=2, size=80)
@@ -49,8 +53,9 @@ def test_grouped_ap_equals_plain_ap(tiny_bank, evalset):
             scores = np.round(w @ dense[idx], 12) if len(idx) else np.zeros(m)
             want = average_precision(scores, label)
             assert _oracle_ap(evalset, label, idx, w, groups) == pytest.approx(want, abs=1e-12)
-            big += len(np.unique(groups[idx])) > 16
-    assert big > 0  # both code paths (<= 16 groups, > 16 groups) were exercised
+            n_groups = len(np.unique(groups[idx]))
+            sizes.add(0 if n_groups == 0 else 1 if n_groups <= 16 else 2)
+    assert sizes == {0, 1, 2}  # no hypothesis, bincount-sized and unique-sized signatures
 
 
 def test_ap_from_counts_all_equal_scores_is_positive_rate():
