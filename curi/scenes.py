@@ -23,6 +23,8 @@ __all__ = [
     "Scenes",
     "sample_scenes",
     "location_bins",
+    "centre_height",
+    "records_to_props",
 ]
 
 SHAPES = ("cube", "sphere", "cylinder")
@@ -143,8 +145,7 @@ class Scenes:
                         "pixel": [round(float(v), 4) for v in self.pixel[i, k, :2]],
                     }
                 )
-            records_entry = {"id": int(i), "objects": objs}
-            out.append(records_entry)
+            out.append({"id": int(i), "objects": objs})
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
