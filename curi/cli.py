@@ -32,7 +32,10 @@ def _commands() -> dict:
 def _usage(commands: dict) -> str:
     lines = ["usage: curi <command> [key=value ...] [--help] [-m]", "", "commands:"]
     for name, ep in sorted(commands.items()):
-        doc = (ep.load().__doc__ or "").strip().splitlines()
+        try:
+            doc = (ep.load().__doc__ or "").strip().splitlines()
+        except ImportError as e:  # a broken install of one layer must not hide the others
+            doc = [f"(unavailable: {e})"]
         lines.append(f"  {name.replace('.', ' '):<16} {doc[0] if doc else ''}")
     lines += ["", "`curi <command> --help` lists a command's options and config groups."]
     return "\n".join(lines)
@@ -42,7 +45,7 @@ def _run(name: str, fn, cfg) -> None:
     try:
         fn(cfg)
     except CuriError as e:
-        print(f"curi {name}: error: {e}", file=sys.stderr)
+        print(f"curi {name.replace('.', ' ')}: error: {e}", file=sys.stderr)
         sys.exit(2)
 
 

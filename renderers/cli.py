@@ -1,5 +1,5 @@
-"""Thin entry point of `curi show`: compose config -> build or reuse the bank -> render one
-scene in every modality with an HTML viewer page (`renderers.viewer`)."""
+"""Thin entry points of `curi show` (one scene, or one episode as a sheet and a viewer page)
+and `curi episodes render` (re-render an exported episode file in another modality)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi.bank import BankConfig, build_bank, load_bank
-from curi.errors import ConfigError, CuriError
+from curi.errors import ConfigError
 from renderers import get_renderer
+from renderers.rerender import render_episode_file
+from renderers.sheet import write_episode_page
 from renderers.viewer import write_scene_page
 
-__all__ = ["show"]
+__all__ = ["render_episodes", "show"]
 
 log = logging.getLogger("curi")
 
@@ -26,8 +28,21 @@ def _renderer(node: DictConfig):
         raise ConfigError(str(e)) from None
 
 
+def _threads(cfg: DictConfig) -> None:
+    """Apply ``threads`` (torch CPU threads) when set: with more threads than free cores,
+    torch's small parallel regions stall (10x slower measured on a shared 2-core machine)."""
+    n = cfg.get("threads")
+    if n is not None:
+        if n < 1:
+            raise ConfigError(f"threads must be at least 1 (or null), got {n}")
+        import torch
+
+        torch.set_num_threads(int(n))
+
+
 def show(cfg: DictConfig) -> None:
-    """Render one scene (image, sound, spectrogram) and an HTML page to view them."""
+    """Render one scene, or one episode (sheet + page), as image, sound and spectrogram."""
+    _threads(cfg)
     bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
     bank = load_bank(build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress), verify=False)
     if cfg.episode is not None:
@@ -47,18 +62,57 @@ def show(cfg: DictConfig) -> None:
 
 
 def _show_episode(bank, cfg: DictConfig) -> None:
-    """Hook for the episode sheet (support and query grids with positives and negatives
-    marked, the concept's pretty form on top, audio players per scene).
+    """Episode `cfg.episode` of (split, subset, negatives, seed) as a PNG sheet (support and
+    query grids, positives and negatives marked, the concept on top) and an HTML page."""
+    from curi import EpisodeSampler, make_split, parse
 
-    It needs `curi.EpisodeSampler` (being written in curi/episodes.py); once that exists,
-    build ``EpisodeSampler(bank, split, subset, negatives, seed)[cfg.episode]`` and render
-    its ``support_ids`` / ``query_ids`` with `write_scene_page`'s renderers into a grid.
-    """
-    try:
-        from curi import EpisodeSampler  # noqa: F401
-    except ImportError:
-        raise CuriError(
-            "episode sheets need curi.EpisodeSampler, which this version does not have yet; "
-            "show a single scene with scene=<index> instead"
-        ) from None
-    raise CuriError("episode sheets are not implemented yet; use scene=<index>")
+    if cfg.sheet_scale <= 0:
+        raise ConfigError(f"sheet_scale must be positive, got {cfg.sheet_scale}")
+    split = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
+    sampler = EpisodeSampler(
+        bank, split, cfg.subset, cfg.negatives, seed=cfg.seed, query_negatives=cfg.query_negatives
+    )
+    if not 0 <= cfg.episode < len(sampler):
+        raise ConfigError(
+            f"episode={cfg.episode} is out of range; {split.name}/{cfg.subset} has "
+            f"{len(sampler)} episodes"
+        )
+    ep = sampler[cfg.episode]
+    title = (
+        f"{bank.path.name} / {split.name} / {cfg.subset} / {cfg.negatives} negatives / "
+        f"seed {cfg.seed} / episode {cfg.episode}"
+    )
+    page = write_episode_page(
+        ep.to_dict(),
+        Path(cfg.out),
+        concept=parse(ep.concept_text).pretty(),
+        title=title,
+        image=_renderer(cfg.image),
+        sound=_renderer(cfg.sound),
+        scale=cfg.sheet_scale,
+    )
+    print(page)
+
+
+def render_episodes(cfg: DictConfig) -> None:
+    """Re-render an exported episode file in one modality (image, sound or schema)."""
+    for key, what in (("in", "the exported episode file"), ("out", "the output directory")):
+        if OmegaConf.is_missing(cfg, key):
+            raise ConfigError(
+                f"{key}= is required: {what} (`curi episodes render in=FILE "
+                "modality=image out=DIR`)"
+            )
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError(f"limit must be at least 1 (or null for all), got {cfg.limit}")
+    _threads(cfg)
+    opts = OmegaConf.to_container(cfg.modality, resolve=True)
+    index = render_episode_file(
+        cfg["in"],
+        Path(cfg.out),
+        _renderer(cfg.modality),
+        files=cfg.files,
+        limit=cfg.limit,
+        progress=cfg.progress,
+        options=opts,
+    )
+    print(index)

@@ -69,37 +69,50 @@ class _Objects:
 def _to_local(v: Vec, c: torch.Tensor, s: torch.Tensor) -> Vec:
     """Rotate components by minus the object's rotation (cosine c, sine s)."""
     x, y, z = v
-    return c * x + s * y, c * y - s * x, z
+    return torch.addcmul(c * x, s, y), torch.addcmul(c * y, s, x, value=-1.0), z
 
 
-def _hit(o: Vec, d: Vec, hxy, hz, wz, rr) -> tuple[torch.Tensor, ...]:
+def _hit(o: Vec, d: Vec, hxy, hz, wz, rr, *, soft: bool = False) -> tuple[torch.Tensor, ...]:
     """Rays o + t d against convex primitives, in their local frames (components broadcast).
 
     Returns:
-        t_in, t_out: entry and exit parameters; hit: the ray meets the primitive at t > 0;
-        gap: t_in - t_out, how far (in t) the ray misses the primitive (<= 0 on a hit);
-        dq: distance of the ray from the quadric's surface in its metric (< 0: crosses it);
-        tq: the ray parameter of closest approach to the quadric's axis or centre.
+        t_in: the entry parameter; hit: the ray meets the primitive at t > 0; and with `soft`
+        (for penumbrae) also gap: t_in - t_out, how far (in t) the ray misses the primitive
+        (<= 0 on a hit); dq: distance of the ray from the quadric's surface in its metric
+        (< 0: crosses it); tq: the ray parameter of closest approach to the quadric's axis
+        or centre.
     """
     s_in = s_out = None
     for oc, dc, h in zip(o, d, (hxy, hxy, hz), strict=True):
-        inv = 1.0 / dc
-        t1, t2 = (-h - oc) * inv, (h - oc) * inv
-        lo, hi = torch.minimum(t1, t2), torch.maximum(t1, t2)
-        s_in = lo if s_in is None else torch.maximum(s_in, lo)
-        s_out = hi if s_out is None else torch.minimum(s_out, hi)
+        if dc.numel() < oc.numel():  # one direction per primitive (shadow rays)
+            # Keep 1/dc finite: 0 * inf at the slab's centre plane would give NaN.
+            inv = torch.where(dc.abs() < 1e-12, 1e-12, dc).reciprocal()  # (N, 1)
+            w = h * inv.abs()  # half the slab's length along the ray
+            lo = oc * -inv  # the slab's centre along the ray, then its two ends
+            hi = lo + w
+            lo -= w
+        else:
+            inv = dc.reciprocal()
+            lo, hi = (-h - oc) * inv, (h - oc) * inv
+            lo, hi = torch.minimum(lo, hi), torch.maximum(lo, hi)
+        s_in = lo if s_in is None else torch.maximum(s_in, lo, out=s_in)
+        s_out = hi if s_out is None else torch.minimum(s_out, hi, out=s_out)
     (ox, oy, oz), (dx, dy, dz) = o, d
-    a = (dx * dx + dy * dy + wz * dz * dz).clamp_min(1e-12)
-    b = ox * dx + oy * dy + wz * oz * dz
-    c2 = ox * ox + oy * oy + wz * oz * oz
-    disc = b * b - a * (c2 - rr)
-    sq = disc.clamp_min(0.0).sqrt()
-    t_in = torch.maximum(s_in, (-b - sq) / a)
-    t_out = torch.minimum(s_out, (-b + sq) / a)
-    hit = (disc >= 0) & (t_in <= t_out) & (t_out > 1e-4)
-    tq = -b / a
-    dq = (c2 + b * tq).clamp_min(0.0).sqrt() - rr.sqrt()
-    return t_in, t_out, hit, t_in - t_out, dq, tq
+    # Fused multiply-adds: these run on every (pair, pixel), so each pass over memory counts.
+    a = torch.addcmul(torch.addcmul(dx * dx, dy, dy), wz * dz, dz).clamp_min_(1e-12)
+    b = torch.addcmul(torch.addcmul(ox * dx, oy, dy), wz * oz, dz)
+    c2 = torch.addcmul(torch.addcmul(ox * ox, oy, oy), wz * oz, oz)
+    disc = torch.addcmul(b * b, a, c2 - rr, value=-1.0)
+    sq = disc.clamp_min(0.0).sqrt_()
+    ia = a.reciprocal()
+    t_in = torch.maximum(s_in, (b + sq).mul_(-ia), out=s_in)
+    t_out = torch.minimum(s_out, (sq - b).mul_(ia), out=s_out)
+    hit = (disc >= 0).logical_and_(t_in <= t_out).logical_and_(t_out > 1e-4)
+    if not soft:
+        return t_in, hit
+    tq = -b * ia
+    dq = torch.addcmul(c2, b, tq).clamp_min_(0.0).sqrt_() - rr.sqrt()
+    return t_in, hit, t_in - t_out, dq, tq
 
 
 class ImageRenderer(Renderer):
@@ -182,8 +195,13 @@ class ImageRenderer(Renderer):
         self._dirs = _unit(d)  # (nT, P, 3)
         self._dirs_c = self._dirs.permute(2, 0, 1).contiguous()  # (3, nT, P) for gathers
         tg = -self._eye[2] / self._dirs[..., 2].clamp_max(-1e-6)  # every ray looks down
-        self._ground = self._eye + tg.unsqueeze(-1) * self._dirs  # (nT, P, 3)
-        self._bg = self._floor(self._ground)  # (nT, P, 3)
+        ground = self._eye + tg.unsqueeze(-1) * self._dirs  # (nT, P, 3)
+        self._bg = self._floor(ground)[..., 0]  # (nT, P) grey level of the lit floor
+        # Shadow-ray origins on the floor, nudged up, component-major: (3, nT, P).
+        self._ground_c = ground.permute(2, 0, 1).contiguous()
+        self._ground_c[2] = 2e-3
+        # The lit floor in image layout (1, 1, nty, ts, ntx, ts), copied under every image.
+        self._bg_img = self._bg.view(self._nty, self._ntx, ts, ts).permute(0, 2, 1, 3)[None, None]
 
     def _floor(self, g: torch.Tensor) -> torch.Tensor:
         """Colour of the unshadowed floor at ground points g (..., 3): grey, lit most brightly
@@ -252,31 +270,29 @@ class ImageRenderer(Renderer):
             lam_hi = torch.where(((slope == 0) & (a <= 0)).any(-1), -1.0, lam_hi)
         return own, (lam_lo <= lam_hi) & valid
 
-    def _render_chunk(self, p: Packed) -> torch.Tensor:
-        """Images (B, 3, H, W) of one chunk."""
+    def _render_chunk(self, p: Packed, out: torch.Tensor) -> None:
+        """Render one chunk into `out` (B, 3, nty * 8, ntx * 8), contiguous: the lit floor is
+        copied in, then only the active tiles are written, in place."""
         ob = _Objects(p, self.device)
-        B, nT, P = len(p), self._dirs.shape[0], _TILE * _TILE
+        B, ts, nty, ntx = len(p), _TILE, self._nty, self._ntx
+        img6 = out.view(B, 3, nty, ts, ntx, ts)  # tiles of the image, no copy
+        img6.copy_(self._bg_img)
         cov_own, cov_shadow = self._coverage(ob)
         ab, at = cov_shadow.any(1).nonzero(as_tuple=True)  # (T,) image, tile of active tiles
-        canvas = self._bg.unsqueeze(0).repeat(B, 1, 1, 1)  # (B, nT, P, 3)
-        ids = torch.full((B, nT, P), -1, dtype=torch.int8, device=self.device)
-        if ab.numel():
-            col, pid = self._render_tiles(ob, ab, at, cov_own, cov_shadow)
-            canvas[ab, at] = col
-            ids[ab, at] = pid.to(torch.int8)
-        ts = _TILE
-        img = canvas.view(B, self._nty, self._ntx, ts, ts, 3).permute(0, 1, 3, 2, 4, 5)
-        img = img.reshape(B, self._nty * ts, self._ntx * ts, 3)[:, : self.height, : self.width]
-        if self.antialias and ab.numel():
-            idm = ids.view(B, self._nty, self._ntx, ts, ts).permute(0, 1, 3, 2, 4)
-            idm = idm.reshape(B, self._nty * ts, self._ntx * ts)[:, : self.height, : self.width]
-            img = self._antialias(img.contiguous(), idm)
-        return img.permute(0, 3, 1, 2).contiguous()
+        if not ab.numel():
+            return
+        col, pid = self._render_tiles(ob, ab, at, cov_own, cov_shadow)  # (T, 3, P), (T, P)
+        ty, tx = at // ntx, at % ntx
+        img6[ab, :, ty, :, tx, :] = col.view(-1, 3, ts, ts)
+        if self.antialias:
+            ids = torch.full((B, nty, ts, ntx, ts), -1, dtype=torch.int8, device=self.device)
+            ids[ab, ty, :, tx, :] = pid.view(-1, ts, ts).to(torch.int8)
+            ids = ids.view(B, nty * ts, ntx * ts)[:, : self.height, : self.width]
+            self._antialias(out[:, :, : self.height, : self.width], ids)
 
     def _render_tiles(self, ob, ab, at, cov_own, cov_shadow):
-        """Colours (T, P, 3) and object ids (T, P) (-1: floor) of the active tiles."""
+        """Colours (T, 3, P) and object ids (T, P) (-1: floor) of the active tiles."""
         T, P, dev = ab.numel(), _TILE * _TILE, self.device
-        dirs = self._dirs[at]  # (T, P, 3)
 
         # Primary rays, only for (tile, object) pairs where the object's box meets the tile.
         row, obj = cov_own[ab, :, at].nonzero(as_tuple=True)  # (Q,)
@@ -286,7 +302,7 @@ class ImageRenderer(Renderer):
         o = _to_local((rel[:, 0:1], rel[:, 1:2], rel[:, 2:3]), c, s)
         d = _to_local(tuple(self._dirs_c[:, at[row]]), c, s)  # (Q, P) each
         shp = (ob.hxy[qb, obj, None], ob.hz[qb, obj, None], ob.wz[qb, obj, None])
-        t_in, _, hit, *_ = _hit(o, d, *shp, ob.rr[qb, obj, None])
+        t_in, hit = _hit(o, d, *shp, ob.rr[qb, obj, None])
         t_q = torch.where(hit, t_in, math.inf)  # (Q, P)
         tmin = torch.full((T, P), math.inf, device=dev)
         tmin = tmin.scatter_reduce(0, row[:, None].expand(-1, P), t_q, "amin")
@@ -294,17 +310,17 @@ class ImageRenderer(Renderer):
         wr, wo, wb = row[wq], obj[wq], qb[wq]
         pid = torch.full((T, P), -1, dtype=torch.long, device=dev)
         pid[wr, wp] = wo
-        d_k = dirs[wr, wp]  # (K, 3)
+        d_k = self._dirs[at[wr], wp]  # (K, 3)
         x_k = self._eye + tmin[wr, wp, None] * d_k
         n_k = self._normals(ob, wb, wo, x_k)
 
         # Shadow-ray origins: the floor point, or the object point nudged off its surface.
-        origin = self._ground[at].permute(2, 0, 1).contiguous()  # (3, T, P)
-        origin[2] = 2e-3
+        origin = self._ground_c[:, at]  # (3, T, P)
         origin[:, wr, wp] = (x_k + 2e-3 * n_k).T
         vis = self._shadows(ob, ab, at, cov_shadow, origin, pid)  # (T, P)
-        col = self._bg[at] * (1.0 - 0.62 * (1.0 - vis)).unsqueeze(-1)  # shadowed floor
-        col[wr, wp] = self._shade(ob, wb, wo, d_k, x_k, n_k, vis[wr, wp])
+        floor = self._bg[at] * (1.0 - 0.62 * (1.0 - vis))  # shadowed floor (T, P)
+        col = floor.unsqueeze(1).repeat(1, 3, 1)  # (T, 3, P)
+        col[wr, :, wp] = self._shade(ob, wb, wo, d_k, x_k, n_k, vis[wr, wp])
         return col, pid
 
     def _normals(self, ob: _Objects, b, k, x) -> torch.Tensor:
@@ -339,7 +355,7 @@ class ImageRenderer(Renderer):
         L = self._light
         d = _to_local((L[0].expand_as(c), L[1].expand_as(c), L[2].expand_as(c)), c, s)
         shp = (ob.hxy[sb, obj, None], ob.hz[sb, obj, None], ob.wz[sb, obj, None])
-        _, _, hit, gap, dq, tq = _hit(o, d, *shp, ob.rr[sb, obj, None])
+        _, hit, gap, dq, tq = _hit(o, d, *shp, ob.rr[sb, obj, None], soft=True)
         if self.soft_shadows:
             # Penumbra: how far the ray passes from the object (exact for spheres and the
             # cylinder's side, ~half the slab gap near box edges) relative to how far it
@@ -354,26 +370,11 @@ class ImageRenderer(Renderer):
         vis = torch.ones(T, P, device=self.device)
         return vis.scatter_reduce(0, row[:, None].expand(-1, P), v, "amin")
 
-    def _reflect_objects(self, ob: _Objects, b, k, x, refl) -> tuple[torch.Tensor, ...]:
-        """Which other object (if any) a mirror ray from x (M, 3) along refl (M, 3) meets
-        first, and its colour there (M, 3); what metal shows of its neighbours."""
-        c, s = ob.cos[b], ob.sin[b]  # (M, 5) every object of the same scene
-        rel = x[:, None, :] - ob.centre[b]  # (M, 5, 3)
-        o = _to_local(rel.unbind(-1), c, s)
-        d = _to_local(tuple(refl[:, i : i + 1] for i in range(3)), c, s)
-        t_in, _, hit, *_ = _hit(o, d, ob.hxy[b], ob.hz[b], ob.wz[b], ob.rr[b])
-        hit &= ob.valid[b] & (torch.arange(5, device=x.device) != k[:, None]) & (t_in > 0)
-        t, j = torch.where(hit, t_in, math.inf).min(-1)  # (M,)
-        seen = torch.isfinite(t)
-        p = x + t.clamp_max(1e3)[:, None] * refl
-        n = self._normals(ob, b, j, p)
-        col = ob.albedo[b, j] * (0.35 + 0.65 * (n @ self._light).clamp_min(0.0))[:, None]
-        return seen, col
-
     def _shade(self, ob, b, k, dirs, x, n, vis) -> torch.Tensor:
         """Colours (K, 3) of object points: rubber is Lambertian with a faint broad sheen;
-        metal is a tinted mirror of its surroundings (studio, floor and the other objects)
-        with a broad tinted and a sharp white highlight."""
+        metal is a tinted mirror of the studio and the floor (not of the other objects: at
+        this size their mirror images read as dark streaks) with a broad tinted and a sharp
+        white highlight, drawn as vertical stripes on cylinder sides."""
         albedo, metal = ob.albedo[b, k], ob.metal[b, k]
         L, F = self._light, self._fill
         ndl = (n @ L).clamp_min(0.0) * vis  # (K,)
@@ -391,23 +392,42 @@ class ImageRenderer(Renderer):
             # The mirrored floor fades into a bright haze with distance, so vertical metal
             # faces darken toward their base, as a mirror beside a dark floor does.
             haze = (1.0 - torch.exp(-tg / 1.2))[:, None]
-            floor = 0.7 * self._floor(xm + tg[:, None] * refl) * (1.0 - haze) + 0.95 * haze
+            floor = 0.45 * self._floor(xm + tg[:, None] * refl) * (1.0 - haze) + 1.05 * haze
             env = torch.where(down[:, None], floor, self._sky(refl))
-            seen, col = self._reflect_objects(ob, b[m], k[m], xm + 2e-3 * nm, refl)
-            env = torch.where(seen[:, None], col, env)
             fres = 0.8 + 0.2 * (1.0 - ndv.clamp(0.0, 1.0)).pow(5)
             hm, vm = ndh[m], vis[m]
+            # A vertical side mirrors only the floor (its mirror rays point down as the view
+            # rays do), so the lights appear as CLEVR's area lights do on a metal cylinder: a
+            # sharp vertical stripe where the side faces the light's azimuth (half vectors
+            # taken in the horizontal plane), and a weaker one for the fill light.
+            shape = ob.shape[b[m], k[m]]
+            upright = nm[:, 2].abs() < 0.5
+            side = (shape == _CYL) & upright
+            hl = self._stripe(nm, dm, L) * vm
+            hf = self._stripe(nm, dm, F)
+            hs = torch.where(side, hl.pow(40) + 0.35 * hf.pow(40), 0.0)
+            sheen = torch.where(side, 0.5 * hl.pow(6), 0.45 * hm.pow(16) * vm)
+            # A flat mirror face catches the same light as a tinted glint over the whole face.
+            sheen = sheen + torch.where((shape == _CUBE) & upright, 0.4 * hl.pow(8), 0.0)
             out[m] = (
-                albedo[m] * (0.05 + 0.2 * ndl[m] + 0.45 * hm.pow(16) * vm)[:, None]
+                albedo[m] * (0.05 + 0.2 * ndl[m] + sheen)[:, None]
                 + 1.1 * albedo[m] * env * fres[:, None]
-                + (1.2 * hm.pow(150) * vm)[:, None]
+                + (1.2 * (hm.pow(150) * vm + hs))[:, None]
             )
         return out.clamp(0.0, 1.0)
 
-    def _antialias(self, img: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _stripe(n: torch.Tensor, d: torch.Tensor, light: torch.Tensor) -> torch.Tensor:
+        """cos of the angle between normals n (M, 3) and the horizontal part of the half
+        vector of view rays d (M, 3) and a light, clamped at 0: an azimuth-only highlight."""
+        h = light - d
+        h = h[:, :2] / h[:, :2].norm(dim=-1, keepdim=True).clamp_min(1e-6)  # (M, 2)
+        return (n[:, :2] * h).sum(-1).clamp_min(0.0)
+
+    def _antialias(self, img: torch.Tensor, ids: torch.Tensor) -> None:
         """Blend pixels on an object silhouette (id differs from a 4-neighbour) halfway with
-        their 3 x 3 mean. img (B, H, W, 3), ids (B, H, W)."""
-        B, H, W, _ = img.shape
+        their 3 x 3 mean, in place. img (B, 3, H, W) (a view), ids (B, H, W)."""
+        B, _, H, W = img.shape
         diff_y = ids[:, 1:] != ids[:, :-1]  # (B, H-1, W)
         diff_x = ids[:, :, 1:] != ids[:, :, :-1]
         edge = torch.zeros_like(ids, dtype=torch.bool)
@@ -419,23 +439,21 @@ class ImageRenderer(Renderer):
         off = torch.tensor([-1, 0, 1], device=img.device)
         ny = (ey[:, None] + off.repeat_interleave(3)).clamp(0, H - 1)  # (E, 9)
         nx = (ex[:, None] + off.repeat(3)).clamp(0, W - 1)
-        blur = img[eb[:, None], ny, nx].mean(1)  # (E, 3)
-        img[eb, ey, ex] = 0.5 * (img[eb, ey, ex] + blur)
-        return img
+        blur = img[eb[:, None], :, ny, nx].mean(1)  # (E, 9, 3) -> (E, 3)
+        img[eb, :, ey, ex] = 0.5 * (img[eb, :, ey, ex] + blur)
 
     @torch.inference_mode()
     def render(self, records: Sequence[dict]) -> Rendered:
         """Render scene records to float32 images (B, 3, H, W) in [0, 1] on `device`."""
         packed = pack_records(records)
-        out = [
-            self._render_chunk(
-                Packed(**{f: getattr(packed, f)[lo : lo + self.chunk] for f in _FIELDS})
-            )
-            for lo in range(0, len(packed), self.chunk)
-        ]
-        if not out:
-            return Rendered(torch.zeros(0, *self.item_shape, device=self.device))
-        return Rendered(torch.cat(out))
+        hp, wp = self._nty * _TILE, self._ntx * _TILE  # whole tiles
+        out = torch.empty(len(packed), 3, hp, wp, device=self.device)
+        for lo in range(0, len(packed), self.chunk):
+            part = Packed(**{f: getattr(packed, f)[lo : lo + self.chunk] for f in _FIELDS})
+            self._render_chunk(part, out[lo : lo + self.chunk])
+        if (hp, wp) != (self.height, self.width):
+            out = out[:, :, : self.height, : self.width].contiguous()
+        return Rendered(out)
 
     def render_uint8(self, records: Sequence[dict]) -> tuple[np.ndarray, torch.Tensor]:
         """Render and return ``(uint8 array (B, H, W, 3), float tensor (B, 3, H, W))``."""

@@ -31,5 +31,27 @@ def test_show_writes_image_sound_and_page(tiny_bank_dir, tmp_path):
 
     bad = curi(*args, "scene=-1", f"out={tmp_path / 'x'}", cwd=tmp_path)
     assert bad.returncode == 2 and "out of range" in bad.stderr
-    ep = curi(*args, "episode=0", f"out={tmp_path / 'x'}", cwd=tmp_path)
-    assert ep.returncode == 2 and "episode" in ep.stderr
+
+
+def test_show_episode_writes_sheet_and_page(tiny_bank_dir, tmp_path):
+    args = [
+        "show",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "progress=false",
+        "split=concept_iid",
+        "subset=test",
+        "negatives=easy",
+        "seed=1",
+    ]
+    out = curi(*args, "episode=2", "sheet_scale=0.5", f"out={tmp_path / 'ep'}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = tmp_path / "ep"
+    w, h = Image.open(d / "sheet.png").size
+    assert 1000 < w < 1500 and h > 300  # two 5-column grids of 120 x 80 thumbnails
+    page = (d / "index.html").read_text()
+    assert page.count("<audio") == 50 and "easy negatives" in page and "episode 2" in page
+    assert len(list((d / "scenes").glob("*.wav"))) == 50
+
+    bad = curi(*args, "episode=100000", f"out={tmp_path / 'x'}", cwd=tmp_path)
+    assert bad.returncode == 2 and "out of range" in bad.stderr

@@ -139,3 +139,16 @@ def test_png_roundtrip(tmp_path):
     assert np.array_equal(np.asarray(Image.open(p)), u8[0])
     q = save_png(f[0], tmp_path / "b.png")
     assert np.array_equal(np.asarray(Image.open(q)), u8[0])
+
+
+def test_metal_cylinder_is_cleanly_shiny(renderer):
+    cyl = make_object("cylinder", "blue", "metal", "large", (0.0, 0.0))
+    cube = make_object("cube", "red", "rubber", "large", (1.2, 1.8), rotation=20.0)
+    alone, beside = renderer.render([scene(cyl), scene(cyl, cube)]).data
+    body = chroma_mask(alone)
+    body &= ~chroma_mask(beside - alone)  # where the cube (or its shadow) is not drawn
+    assert body.sum() > 500
+    # A near-white highlight stripe on the side, and no mirror images of the neighbour
+    # (they read as dark streaks at this size): the cylinder looks the same beside the cube.
+    assert alone.amin(0)[body].max() > 0.85
+    assert (alone - beside).abs().amax(0)[body].max() < 0.02

@@ -1,0 +1,219 @@
+"""Episode sheets and pages (`curi show episode=N`) and re-rendering exported episodes
+(`curi episodes render`): the grid marks positives and negatives, the files are written, the
+arrays equal the renderers' output on the same records, and bad input fails cleanly."""
+
+import json
+import subprocess
+import sys
+import wave
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from scipy import ndimage
+
+from curi import EpisodeSampler, make_split
+from curi.export import export_episodes
+from renderers import get_renderer
+from renderers.image import ImageRenderer
+from renderers.rerender import EpisodeFileError, render_episode_file
+from renderers.schema import encode
+from renderers.sheet import NEGATIVE_RGB, POSITIVE_RGB, draw_sheet, sheet_size, write_episode_page
+from renderers.sound import SoundRenderer
+
+BLUE = (0, 0, 255)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: on a busy machine, more threads than free cores stall torch's small
+    parallel regions, and these tests render only small batches."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def split(tiny_bank):
+    return make_split(tiny_bank, "concept_iid")
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_bank, split, tmp_path_factory):
+    path = tmp_path_factory.mktemp("export") / "eps.jsonl"
+    export_episodes(tiny_bank, split, "test", path, n=3, progress=False)
+    return path
+
+
+def test_sheet_grid_marks_positives_and_negatives():
+    h, w = 40, 60
+    support = np.zeros((25, h, w, 3), np.uint8)
+    support[:] = BLUE
+    query = support[:10].copy()
+    s_labels = [0, 1] * 3 + [0] * 19  # positives not first in set order: the sheet sorts
+    q_labels = [1, 1, 1] + [0] * 7
+    sheet = draw_sheet(support, s_labels, query, q_labels, concept="exists x in S: red(x)")
+    assert sheet.size == sheet_size(s_labels, q_labels, width=w, height=h, concept="exists x")
+    px = np.asarray(sheet)
+    boxes, n = ndimage.label(np.all(px == BLUE, axis=-1))
+    assert n == 35  # one blue box per image
+    marks = {"pos": [], "neg": []}
+    for sl in ndimage.find_objects(boxes):
+        ys, xs = sl
+        assert (ys.stop - ys.start, xs.stop - xs.start) == (h, w)
+        border = tuple(px[ys.start - 2, xs.start + w // 2])  # just above the image
+        assert border in (POSITIVE_RGB, NEGATIVE_RGB)
+        marks["pos" if border == POSITIVE_RGB else "neg"].append((xs.start, ys.start))
+    assert len(marks["pos"]) == 3 + 3 and len(marks["neg"]) == 22 + 7
+    # Two grids side by side, 5 columns each (the widest space separates them); positives on
+    # rows above every negative; the query grid starts at the top like the support grid.
+    cols = sorted({x for x, _ in marks["pos"] + marks["neg"]})
+    assert len(cols) == 10
+    split_x = cols[int(np.argmax(np.diff(cols))) + 1]
+    assert cols.index(split_x) == 5
+    for side in (lambda x: x < split_x, lambda x: x >= split_x):
+        pos_y = [y for x, y in marks["pos"] if side(x)]
+        neg_y = [y for x, y in marks["neg"] if side(x)]
+        assert max(pos_y) < min(neg_y) and len({*pos_y, *neg_y}) == (6 if side(0) else 3)
+    with pytest.raises(ValueError, match="labels"):
+        draw_sheet(support, s_labels[:3], query, q_labels, concept="c")
+
+
+def test_episode_page_writes_sheet_sounds_and_spectrograms(tiny_bank, split, tmp_path):
+    ep = EpisodeSampler(tiny_bank, split, "test", "hard", seed=0, size=1)[0].to_dict()
+    image = ImageRenderer(width=60, height=40)
+    page = write_episode_page(
+        ep,
+        tmp_path,
+        concept="readable",
+        title="tiny / 0",
+        image=image,
+        sound=SoundRenderer(duration=0.5, note_duration=0.2),
+    )
+    sheet = Image.open(tmp_path / "sheet.png")
+    want = sheet_size(
+        ep["support_labels"], ep["query_labels"], width=60, height=40, concept="readable"
+    )
+    assert sheet.size == want
+    scenes = tmp_path / "scenes"
+    assert len(list(scenes.glob("*_spec.png"))) == 50
+    assert Image.open(scenes / "query_07.png").size == (60, 40)
+    with wave.open(str(scenes / "support_01.wav")) as w:
+        assert w.getnframes() == 8000
+    text = page.read_text()
+    assert text.count("<audio") == 50 and "readable" in text and 'src="sheet.png"' in text
+    assert json.loads((tmp_path / "episode.json").read_text())["query_ids"] == ep["query_ids"]
+
+
+def test_rerender_schema_equals_encode(exported, tmp_path):
+    index = render_episode_file(exported, tmp_path, get_renderer("schema"), progress=False)
+    meta = json.loads(index.read_text())
+    assert meta["count"] == 3 and meta["modality"] == "schema"
+    for entry, ep in zip(meta["episodes"], map(json.loads, exported.open()), strict=True):
+        z = np.load(tmp_path / entry["npz"])
+        for s in ("support", "query"):
+            feats, mask = encode(ep[f"{s}_records"])
+            np.testing.assert_array_equal(z[s], feats.numpy())
+            np.testing.assert_array_equal(z[f"{s}_mask"], mask.numpy())
+            np.testing.assert_array_equal(z[f"{s}_labels"], ep[f"{s}_labels"])
+            np.testing.assert_array_equal(z[f"{s}_ids"], ep[f"{s}_ids"])
+        assert str(z["concept_text"]) == ep["concept_text"]
+    assert not any(p.is_dir() for p in tmp_path.iterdir())  # no per-scene files for schema
+
+
+def test_rerender_image_and_sound_files(exported, tmp_path):
+    image = ImageRenderer(width=60, height=40)
+    render_episode_file(exported, tmp_path / "img", image, limit=2, progress=False)
+    meta = json.loads((tmp_path / "img" / "index.json").read_text())
+    assert meta["count"] == 2 and meta["item_shape"] == [3, 40, 60]
+    ep = json.loads(exported.open().readline())
+    z = np.load(tmp_path / "img" / "episode_00000.npz")
+    u8, _ = image.render_uint8(ep["query_records"])
+    assert z["query"].shape == (25, 3, 40, 60) and z["query"].dtype == np.uint8
+    np.testing.assert_array_equal(z["query"], u8.transpose(0, 3, 1, 2))
+    pngs = sorted((tmp_path / "img" / "episode_00001").glob("*.png"))
+    assert len(pngs) == 50
+    assert np.array_equal(
+        np.asarray(Image.open(tmp_path / "img/episode_00000/query_01.png")), u8[0]
+    )
+
+    sound = SoundRenderer(duration=0.5, note_duration=0.2)
+    render_episode_file(exported, tmp_path / "snd", sound, limit=1, progress=False)
+    z = np.load(tmp_path / "snd" / "episode_00000.npz")
+    spec = sound.render(ep["support_records"]).data
+    torch.testing.assert_close(
+        torch.from_numpy(z["support"].astype(np.float32)), spec, atol=1e-3, rtol=0
+    )
+    assert len(list((tmp_path / "snd" / "episode_00000").glob("*.wav"))) == 50
+
+
+def test_rerender_bad_input_is_a_clean_error(exported, tmp_path):
+    schema = get_renderer("schema")
+    with pytest.raises(EpisodeFileError, match="not found"):
+        render_episode_file(tmp_path / "nope.jsonl", tmp_path / "o", schema, progress=False)
+    lines = exported.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2] + "\n")
+    with pytest.raises(EpisodeFileError, match="line 2 is not valid JSON"):
+        render_episode_file(bad, tmp_path / "o", schema, progress=False)
+    bad.write_text(json.dumps({"concept_text": "x"}) + "\n")
+    with pytest.raises(EpisodeFileError, match="missing"):
+        render_episode_file(bad, tmp_path / "o", schema, progress=False)
+    bad.write_text("")
+    with pytest.raises(EpisodeFileError, match="no episodes"):
+        render_episode_file(bad, tmp_path / "o", schema, progress=False)
+    gz = tmp_path / "bad.jsonl.gz"
+    gz.write_bytes(b"not gzip at all")
+    with pytest.raises(EpisodeFileError, match="cannot read"):
+        render_episode_file(gz, tmp_path / "o", schema, progress=False)
+    ep = json.loads(lines[0])
+    ep["query_records"][0]["objects"][0]["shape"] = "torus"
+    bad.write_text(json.dumps(ep) + "\n")
+    with pytest.raises(EpisodeFileError, match="torus"):
+        render_episode_file(bad, tmp_path / "o", schema, progress=False)
+
+
+def curi(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_episodes_render(exported, tmp_path):
+    ok = curi(
+        "episodes",
+        "render",
+        f"in={exported}",
+        "modality=schema",
+        f"out={tmp_path / 's'}",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "s" / "index.json").read_text())["count"] == 3
+    missing = curi(
+        "episodes",
+        "render",
+        f"in={tmp_path / 'nope.jsonl'}",
+        "modality=schema",
+        f"out={tmp_path / 'x'}",
+        cwd=tmp_path,
+    )
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    smell = curi(
+        "episodes",
+        "render",
+        f"in={exported}",
+        "modality=smell",
+        f"out={tmp_path / 'x'}",
+        cwd=tmp_path,
+    )
+    assert smell.returncode != 0 and "modality" in smell.stderr and "image" in smell.stderr
+    assert "Traceback" not in smell.stderr
