@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,3 +23,14 @@ def tiny_bank_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bank(tiny_bank_dir):
     return load_bank(tiny_bank_dir)
+
+
+def run_curi(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run the `curi` command as a user would (a fresh process), capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -2,31 +2,21 @@
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from conftest import run_curi
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def curi(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-c", "from curi.cli import main; main()", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_help_lists_commands(tmp_path):
-    out = curi("--help", cwd=tmp_path)
+    out = run_curi("--help", cwd=tmp_path)
     assert out.returncode == 0
     assert "bank" in out.stdout
 
 
 def test_bank_builds_tiny_and_reports(tmp_path):
-    out = curi(
+    out = run_curi(
         "bank",
         "bank=tiny",
         f"data_dir={tmp_path / 'data'}",
@@ -41,7 +31,7 @@ def test_bank_builds_tiny_and_reports(tmp_path):
     # the composed config is saved with the run's output
     assert list((tmp_path / "outputs" / "bank").glob("*/.hydra/config.yaml"))
     # asking for a different bank at the same place is one clear error, exit code 2
-    again = curi(
+    again = run_curi(
         "bank", "bank=tiny", f"data_dir={tmp_path / 'data'}", "bank.num_draws=6000", cwd=tmp_path
     )
     assert again.returncode == 2
@@ -50,9 +40,9 @@ def test_bank_builds_tiny_and_reports(tmp_path):
 
 
 def test_unknown_command_and_bad_override(tmp_path):
-    out = curi("bogus", cwd=tmp_path)
+    out = run_curi("bogus", cwd=tmp_path)
     assert out.returncode == 2 and "unknown command 'bogus'" in out.stderr
-    out = curi("bank", "bank=nope", cwd=tmp_path)
+    out = run_curi("bank", "bank=nope", cwd=tmp_path)
     assert out.returncode != 0 and "Could not find 'bank/nope'" in out.stderr
 
 

@@ -1,25 +1,14 @@
 """`curi show` end to end: reuses the session's tiny bank and writes the viewer files."""
 
-import subprocess
-import sys
 import wave
 
+from conftest import run_curi
 from PIL import Image
-
-
-def curi(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-c", "from curi.cli import main; main()", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_show_writes_image_sound_and_page(tiny_bank_dir, tmp_path):
     args = ["show", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "progress=false"]
-    out = curi(*args, "scene=3", f"out={tmp_path / 'show'}", cwd=tmp_path)
+    out = run_curi(*args, "scene=3", f"out={tmp_path / 'show'}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     d = tmp_path / "show"
     assert Image.open(d / "scene.png").size == (240, 160)
@@ -29,7 +18,7 @@ def test_show_writes_image_sound_and_page(tiny_bank_dir, tmp_path):
     page = (d / "index.html").read_text()
     assert 'src="scene.png"' in page and "<audio" in page and 'src="spectrogram.png"' in page
 
-    bad = curi(*args, "scene=-1", f"out={tmp_path / 'x'}", cwd=tmp_path)
+    bad = run_curi(*args, "scene=-1", f"out={tmp_path / 'x'}", cwd=tmp_path)
     assert bad.returncode == 2 and "out of range" in bad.stderr
 
 
@@ -44,7 +33,7 @@ def test_show_episode_writes_sheet_and_page(tiny_bank_dir, tmp_path):
         "negatives=easy",
         "seed=1",
     ]
-    out = curi(*args, "episode=2", "sheet_scale=0.5", f"out={tmp_path / 'ep'}", cwd=tmp_path)
+    out = run_curi(*args, "episode=2", "sheet_scale=0.5", f"out={tmp_path / 'ep'}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     d = tmp_path / "ep"
     w, h = Image.open(d / "sheet.png").size
@@ -53,5 +42,5 @@ def test_show_episode_writes_sheet_and_page(tiny_bank_dir, tmp_path):
     assert page.count("<audio") == 50 and "easy negatives" in page and "episode 2" in page
     assert len(list((d / "scenes").glob("*.wav"))) == 50
 
-    bad = curi(*args, "episode=100000", f"out={tmp_path / 'x'}", cwd=tmp_path)
+    bad = run_curi(*args, "episode=100000", f"out={tmp_path / 'x'}", cwd=tmp_path)
     assert bad.returncode == 2 and "out of range" in bad.stderr

@@ -3,13 +3,12 @@
 arrays equal the renderers' output on the same records, and bad input fails cleanly."""
 
 import json
-import subprocess
-import sys
 import wave
 
 import numpy as np
 import pytest
 import torch
+from conftest import run_curi
 from PIL import Image
 from scipy import ndimage
 
@@ -175,18 +174,8 @@ def test_rerender_bad_input_is_a_clean_error(exported, tmp_path):
         render_episode_file(bad, tmp_path / "o", schema, progress=False)
 
 
-def curi(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-c", "from curi.cli import main; main()", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_cli_episodes_render(exported, tmp_path):
-    ok = curi(
+    ok = run_curi(
         "episodes",
         "render",
         f"in={exported}",
@@ -197,7 +186,7 @@ def test_cli_episodes_render(exported, tmp_path):
     )
     assert ok.returncode == 0, ok.stderr
     assert json.loads((tmp_path / "s" / "index.json").read_text())["count"] == 3
-    missing = curi(
+    missing = run_curi(
         "episodes",
         "render",
         f"in={tmp_path / 'nope.jsonl'}",
@@ -207,7 +196,7 @@ def test_cli_episodes_render(exported, tmp_path):
     )
     assert missing.returncode == 2 and "not found" in missing.stderr
     assert "Traceback" not in missing.stderr
-    smell = curi(
+    smell = run_curi(
         "episodes",
         "render",
         f"in={exported}",
