@@ -16,6 +16,7 @@ import statistics
 import time
 
 import torch
+from _report import machine, write_section
 
 from curi.scenes import sample_scenes
 from renderers import get_renderer
@@ -85,6 +86,26 @@ def main() -> None:
             "target": 20_000,
         }
     print(json.dumps(results, indent=2))
+    write_section("render", _markdown(results, args))
+
+
+def _markdown(results: dict, args) -> str:
+    rows = [
+        "| renderer | per second, CPU time | per second, wall | target |",
+        "|---|---|---|---|",
+    ]
+    for key, r in results.items():
+        if not isinstance(r, dict):
+            continue
+        unit = "images" if key.startswith("image") else "scenes"
+        cpu = r.get(f"{unit}_per_s_cpu_time", "")
+        target = f">= {r['target']:,}" if "target" in r else ""
+        rows.append(f"| {key} | {cpu} | {r[f'{unit}_per_s_wall']} | {target} |")
+    return (
+        f"Machine: {machine()}.\n\nRenderers, {args.scenes} scenes, median of {args.repeats} "
+        "repeats, one torch thread (CPU time is the per-core cost when the machine is shared):"
+        "\n\n" + "\n".join(rows)
+    )
 
 
 if __name__ == "__main__":

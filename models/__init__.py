@@ -1,6 +1,16 @@
 """Prototypical-network baselines for CURI (spec section 8): modality encoders, poolers, the
-prototypical head and the concept decoder, each found by name through a small registry."""
+prototypical head and the concept decoder, each found by name through a small registry; the
+episode Dataset that renders a modality, training and evaluation."""
 
+from models.data import (
+    EpisodeDataset,
+    EvalSceneDataset,
+    StepBatchSampler,
+    collate_episodes,
+    concept_max_len,
+    encoder_options,
+    make_renderer,
+)
 from models.decoder import SPECIALS, ConceptDecoder, ConceptTokenizer
 from models.encoders import (
     EncodedObjects,
@@ -12,6 +22,7 @@ from models.encoders import (
     list_encoders,
     register_encoder,
 )
+from models.evaluate import evaluate_checkpoint, evaluate_episodes, write_metrics
 from models.poolers import (
     AvgPooler,
     ConcatPooler,
@@ -30,31 +41,53 @@ from models.protonet import (
     count_parameters,
     prototype_logits,
 )
+from models.train import (
+    RunConfig,
+    TrainSettings,
+    build_model,
+    load_checkpoint,
+    resolve_device,
+)
 
 __all__ = [
     "SPECIALS",
     "AvgPooler",
+    "ConcatPooler",
     "ConceptDecoder",
     "ConceptTokenizer",
-    "ConcatPooler",
     "EncodedObjects",
     "Encoder",
+    "EpisodeDataset",
+    "EvalSceneDataset",
     "ImageEncoder",
     "Pooler",
     "ProtoNet",
     "ProtoOutput",
     "RelationNetPooler",
+    "RunConfig",
     "SchemaEncoder",
     "SoundEncoder",
+    "StepBatchSampler",
+    "TrainSettings",
     "TransformerPooler",
+    "build_model",
     "build_protonet",
     "class_prototypes",
+    "collate_episodes",
+    "concept_max_len",
     "count_parameters",
+    "encoder_options",
+    "evaluate_checkpoint",
+    "evaluate_episodes",
     "get_encoder",
     "get_pooler",
     "list_encoders",
     "list_poolers",
+    "load_checkpoint",
+    "make_renderer",
     "prototype_logits",
     "register_encoder",
     "register_pooler",
+    "resolve_device",
+    "write_metrics",
 ]

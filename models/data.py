@@ -1,0 +1,292 @@
+"""Episodes as tensors (spec section 8): a torch Dataset that renders `curi.EpisodeSampler`
+episodes in the chosen modality on the fly (in DataLoader workers), its collate function, the
+step-seeded stream of training episode indices, and the chunked mAP evaluation set."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Sampler
+
+from curi.bits import unpack_rows
+from curi.episodes import EpisodeSampler
+from curi.errors import ConfigError
+from curi.rng import derive_rng
+from models.decoder import ConceptTokenizer
+from renderers import Renderer, get_renderer
+
+__all__ = [
+    "EpisodeDataset",
+    "EvalSceneDataset",
+    "StepBatchSampler",
+    "collate_episodes",
+    "concept_max_len",
+    "encoder_options",
+    "eval_labels",
+    "make_renderer",
+    "renders_on_cuda",
+    "to_model_input",
+]
+
+log = logging.getLogger(__name__)
+
+
+def make_renderer(modality: Mapping) -> Renderer:
+    """The renderer of a modality config (``name`` plus the renderer's options, as in
+    ``conf/modality/<name>.yaml``).
+
+    Raises:
+        ConfigError: unknown modality or a bad option.
+    """
+    opts = dict(modality)
+    if "name" not in opts:
+        raise ConfigError(f"a modality config needs a name (schema, image, sound); got {opts}")
+    device = str(opts.get("device", "cpu"))
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"modality.device={device} but CUDA is not available; use modality.device=cpu"
+        )
+    try:
+        return get_renderer(opts.pop("name"), **opts)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def renders_on_cuda(modality: Mapping) -> bool:
+    """True when the modality's renderer runs on a GPU: it must then render in the main
+    process (``num_workers=0``; CUDA does not survive a fork) and its tensors stay there."""
+    return str(modality.get("device", "cpu")).startswith("cuda")
+
+
+def encoder_options(renderer: Renderer) -> dict:
+    """Keyword options of the encoder that reads `renderer`'s output (sized from it)."""
+    shape = renderer.item_shape
+    if renderer.name == "image":  # (3, H, W)
+        return {"height": shape[1], "width": shape[2]}
+    if renderer.name == "sound":  # (F, T)
+        return {"n_freq": shape[0], "n_frames": shape[1]}
+    return {}
+
+
+def to_model_input(name: str, data: Tensor) -> Tensor:
+    """Renderer output -> encoder input: spectrograms (N, F, T) get a channel, (N, 1, F, T)."""
+    return data[:, None] if name == "sound" else data
+
+
+def concept_max_len(bank) -> int:
+    """Fixed width of concept token tensors: the bank's longest concept plus ``<eos>``."""
+    return max(len(c.split()) for c in bank.concepts) + 1
+
+
+class EpisodeDataset(Dataset):
+    """Episodes of an `EpisodeSampler`, rendered: item i is a dict of tensors of episode i.
+
+    Keys: ``support`` (S, *item) and ``query`` (Q, *item) model inputs, ``support_mask`` /
+    ``query_mask`` (S, 5) / (Q, 5) bool for per-object modalities (schema), ``support_labels``
+    / ``query_labels`` (S,) / (Q,) int64 (1 = positive), ``concept_tokens`` (L,) int64 padded
+    to a fixed `max_len`, ``concept`` and ``index`` int64 scalars.
+
+    Items are a pure function of the index (episodes are, and rendering is deterministic), so
+    batches are identical whatever the number of DataLoader workers. The renderer is built
+    lazily in each process; tensors are on its device (the CPU, unless the modality renders on
+    CUDA: then use ``num_workers=0``, see `renders_on_cuda`). A batch of indices
+    (``__getitems__``, which the DataLoader calls with a batch sampler) renders all its scenes
+    in one renderer call.
+
+    Args:
+        sampler: the episodes.
+        modality: renderer config (``name`` and options).
+        tokenizer: concept tokenizer (default `ConceptTokenizer()`).
+        max_len: width of ``concept_tokens`` (default `concept_max_len` of the bank).
+    """
+
+    def __init__(
+        self,
+        sampler: EpisodeSampler,
+        modality: Mapping,
+        *,
+        tokenizer: ConceptTokenizer | None = None,
+        max_len: int | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.modality = dict(modality)
+        self.name = str(self.modality.get("name"))
+        self.tokenizer = tokenizer or ConceptTokenizer()
+        self.max_len = concept_max_len(sampler.bank) if max_len is None else int(max_len)
+        self._renderer: Renderer | None = None
+        make_renderer(self.modality)  # fail now, not in a worker, on a bad config
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_renderer"] = None  # rebuilt in the worker
+        return state
+
+    @property
+    def renderer(self) -> Renderer:
+        if self._renderer is None:
+            self._renderer = make_renderer(self.modality)
+        return self._renderer
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Tensor]]:
+        episodes = [self.sampler[int(i)] for i in indices]
+        if not episodes:
+            return []
+        s, q = len(episodes[0].support_ids), len(episodes[0].query_ids)
+        ids = np.concatenate([np.r_[e.support_ids, e.query_ids] for e in episodes])
+        out = self.renderer.render(self.sampler.bank.scene_records(ids))
+        data = to_model_input(self.name, out.data)
+        data = data.reshape(len(episodes), s + q, *data.shape[1:])  # (B, S + Q, ...)
+        mask = None
+        if out.mask is not None:
+            mask = out.mask.reshape(len(episodes), s + q, -1)  # (B, S + Q, 5)
+        tokens = self.tokenizer.batch([e.concept_text for e in episodes], max_len=self.max_len)
+        items = []
+        for b, e in enumerate(episodes):
+            item = {
+                "support": data[b, :s],
+                "query": data[b, s:],
+                "support_labels": torch.from_numpy(e.support_labels.astype(np.int64)),
+                "query_labels": torch.from_numpy(e.query_labels.astype(np.int64)),
+                "concept_tokens": tokens[b],
+                "concept": torch.tensor(e.concept, dtype=torch.long),
+                "index": torch.tensor(e.index, dtype=torch.long),
+            }
+            if mask is not None:
+                item["support_mask"], item["query_mask"] = mask[b, :s], mask[b, s:]
+            items.append(item)
+        return items
+
+
+def collate_episodes(items: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+    """Stack episode dicts into the batch dict `ProtoNet` takes: ``support`` (B, S, ...),
+    ``support_labels`` (B, S), ``query`` (B, Q, ...), ``query_labels`` (B, Q), the masks
+    (B, S, 5) / (B, Q, 5) when present, ``concept_tokens`` (B, L), ``concept`` and ``index``
+    (B,)."""
+    if not items:
+        raise ValueError("cannot collate an empty batch")
+    return {k: torch.stack([it[k] for it in items]) for k in items[0]}
+
+
+class StepBatchSampler(Sampler[list[int]]):
+    """The training stream of episode indices, a pure function of (seed, step): step t of
+    process `rank` (of `world`) takes positions ``(t * world + rank) * batch_size + j`` of an
+    endless sequence of seeded permutations of ``range(num_episodes)`` (one per epoch).
+
+    A run resumed at step t therefore sees exactly the batches of an uninterrupted run, and
+    DDP processes see disjoint episodes.
+
+    Args:
+        num_episodes: size of the episode pool (the train sampler's size).
+        batch_size: episodes per step and process.
+        seed: the seed.
+        start: first step.
+        stop: end step (exclusive).
+        rank, world: this process and the number of processes.
+    """
+
+    def __init__(
+        self,
+        num_episodes: int,
+        batch_size: int,
+        *,
+        seed: int,
+        start: int,
+        stop: int,
+        rank: int = 0,
+        world: int = 1,
+    ) -> None:
+        if num_episodes < 1 or batch_size < 1:
+            raise ConfigError("the episode pool and the batch size must be positive")
+        self.n, self.batch_size, self.seed = int(num_episodes), int(batch_size), int(seed)
+        self.start, self.stop, self.rank, self.world = int(start), int(stop), rank, world
+        self._orders: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return max(0, self.stop - self.start)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """The permutation of `epoch` (the last two are kept: a step may straddle epochs)."""
+        if epoch not in self._orders:
+            if len(self._orders) >= 2:
+                self._orders.pop(min(self._orders))
+            self._orders[epoch] = derive_rng(self.seed, "train-order", epoch).permutation(self.n)
+        return self._orders[epoch]
+
+    def indices(self, step: int) -> list[int]:
+        """Episode indices of `step` for this process."""
+        first = (step * self.world + self.rank) * self.batch_size
+        pos = np.arange(first, first + self.batch_size, dtype=np.int64)
+        out = np.empty(self.batch_size, np.int64)
+        for epoch in np.unique(pos // self.n):
+            sel = pos // self.n == epoch
+            out[sel] = self._order(int(epoch))[pos[sel] % self.n]
+        return out.tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for step in range(self.start, self.stop):
+            yield self.indices(step)
+
+
+class EvalSceneDataset(Dataset):
+    """The bank's mAP evaluation set, rendered in chunks: item c is ``{"x": (C, *item),
+    "mask": (C, 5) or absent}`` for evaluation scenes ``c * chunk`` to ``(c + 1) * chunk``.
+
+    Use it with ``DataLoader(..., batch_size=None)`` so the chunks render in workers while the
+    model embeds the previous ones; the scenes are rendered once per evaluation.
+
+    Args:
+        bank: the `ConceptBank`.
+        modality: renderer config (``name`` and options).
+        chunk: scenes per item.
+    """
+
+    def __init__(self, bank, modality: Mapping, *, chunk: int = 512) -> None:
+        if chunk < 1:
+            raise ConfigError(f"eval chunk must be >= 1, got {chunk}")
+        self.bank, self.modality, self.chunk = bank, dict(modality), int(chunk)
+        self.name = str(self.modality.get("name"))
+        self.ids = np.asarray(bank.eval_ids, np.int64)
+        self._renderer: Renderer | None = None
+        make_renderer(self.modality)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_renderer"] = None
+        return state
+
+    def __len__(self) -> int:
+        return -(-len(self.ids) // self.chunk)
+
+    def __getitem__(self, c: int) -> dict[str, Tensor]:
+        if not 0 <= c < len(self):
+            raise IndexError(f"chunk {c} out of range [0, {len(self)})")
+        if self._renderer is None:
+            self._renderer = make_renderer(self.modality)
+        ids = self.ids[c * self.chunk : (c + 1) * self.chunk]
+        out = self._renderer.render(self.bank.scene_records(ids))
+        item = {"x": to_model_input(self.name, out.data)}
+        if out.mask is not None:
+            item["mask"] = out.mask
+        return item
+
+
+def eval_labels(rows: np.ndarray, concepts: np.ndarray, num_scenes: int) -> np.ndarray:
+    """(B, M) bool ground truth of concepts on the evaluation set.
+
+    Args:
+        rows: (H, ceil(M / 64)) packed concept-major rows over the evaluation scenes
+            (`oracles.gap.EvalSet.rows`).
+        concepts: (B,) concept indices.
+        num_scenes: M, the size of the evaluation set.
+    """
+    return unpack_rows(rows[np.asarray(concepts, np.int64)], num_scenes)

@@ -1,0 +1,308 @@
+"""Evaluation of prototypical networks (spec section 6 and 8): embed the bank's mAP evaluation
+set once, score every episode's prototypes against it (mAP) and its own query set (class-balanced
+accuracy), and evaluate a saved checkpoint on test episodes beside the Bayesian oracles."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+from curi.episodes import EpisodeSampler
+from curi.errors import ConfigError
+from models.data import (
+    EpisodeDataset,
+    EvalSceneDataset,
+    collate_episodes,
+    eval_labels,
+    make_renderer,
+    renders_on_cuda,
+)
+from models.protonet import ProtoNet
+from oracles.gap import EvalSet, score_split
+from oracles.metrics import (
+    average_precision_batch,
+    class_balanced_accuracy_batch,
+    pooled_class_balanced_accuracy,
+)
+
+__all__ = [
+    "autocast",
+    "embed_eval_set",
+    "evaluate_checkpoint",
+    "evaluate_episodes",
+    "log_odds",
+    "to_device",
+    "write_metrics",
+]
+
+log = logging.getLogger(__name__)
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Mixed precision on CUDA when `dtype` is given; a no-op elsewhere (AMP is CUDA-only)."""
+    if device.type != "cuda" or dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda", dtype=dtype)
+
+
+def to_device(batch: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    """The batch dict on `device` (non-blocking from pinned memory)."""
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def log_odds(prototypes: Tensor, embeddings: Tensor) -> Tensor:
+    """(B, N) ``log p(y=1|u) - log p(y=0|u) = ||u - c-||^2 - ||u - c+||^2`` of N scenes against
+    B episodes' prototypes (B, 2, E).
+
+    The ranking of `ProtoNet.score` (its sigmoid), without the sigmoid: in float32 it
+    saturates to exactly 1.0 beyond a log-odds of about 17, and such ties would change AP.
+    """
+    prototypes, embeddings = prototypes.float(), embeddings.float()
+    c_neg, c_pos = prototypes[:, 0], prototypes[:, 1]  # (B, E) each
+    bias = (c_neg * c_neg).sum(-1) - (c_pos * c_pos).sum(-1)  # (B,)
+    return 2.0 * (c_pos - c_neg) @ embeddings.T + bias[:, None]  # (B, N)
+
+
+@torch.inference_mode()
+def embed_eval_set(
+    model: ProtoNet,
+    bank,
+    modality: Mapping,
+    *,
+    device: torch.device,
+    chunk: int = 512,
+    num_workers: int = 0,
+    amp_dtype: torch.dtype | None = None,
+) -> Tensor:
+    """(M, E) float32 embeddings of the bank's mAP evaluation set (model in eval mode), rendered
+    chunk by chunk in DataLoader workers and embedded once."""
+    ds = EvalSceneDataset(bank, modality, chunk=chunk)
+    on_gpu = renders_on_cuda(modality)
+    loader = DataLoader(
+        ds,
+        batch_size=None,
+        num_workers=0 if on_gpu else num_workers,
+        pin_memory=device.type == "cuda" and not on_gpu,
+    )
+    parts = []
+    for item in loader:
+        x = item["x"].to(device, non_blocking=True)
+        mask = item.get("mask")
+        mask = None if mask is None else mask.to(device, non_blocking=True)
+        with autocast(device, amp_dtype):
+            parts.append(model.embed(x, mask).float())
+    return torch.cat(parts)
+
+
+@torch.inference_mode()
+def evaluate_episodes(
+    model: ProtoNet,
+    sampler: EpisodeSampler,
+    modality: Mapping,
+    *,
+    device: torch.device,
+    batch_size: int = 64,
+    num_workers: int = 0,
+    chunk: int = 512,
+    max_len: int | None = None,
+    eval_set: EvalSet | None = None,
+    amp_dtype: torch.dtype | None = None,
+    progress: bool = False,
+) -> dict:
+    """mAP and class-balanced accuracy of `model` on every episode of `sampler`.
+
+    mAP: each episode's prototypes score the whole evaluation set (`bank.eval_ids`, embedded
+    once) by `log_odds`; AP against the concept's truth there, averaged over episodes. CBA: the
+    query set classified by ``p(y=1|u) > 0.5``, per episode then averaged (``cba``) and pooled
+    over all queries (``cba_pooled``), as the oracles report them.
+
+    Returns:
+        ``{"map", "cba", "cba_pooled", "query_loss", "concept_loss", "episodes",
+        "eval_scenes", "seconds"}`` (``concept_loss`` None without a decoder).
+    """
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    bank = sampler.bank
+    ev = eval_set if eval_set is not None else EvalSet.from_bank(bank)
+    try:
+        emb = embed_eval_set(
+            model, bank, modality, device=device, chunk=chunk, num_workers=num_workers,
+            amp_dtype=amp_dtype,
+        )  # fmt: skip
+        ds = EpisodeDataset(sampler, modality, max_len=max_len)
+        on_gpu = renders_on_cuda(modality)
+        loader = DataLoader(
+            ds,
+            batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, drop_last=False),
+            collate_fn=collate_episodes,
+            num_workers=0 if on_gpu else num_workers,
+            pin_memory=device.type == "cuda" and not on_gpu,
+        )
+        aps, q_scores, q_labels = [], [], []
+        q_loss = c_loss = 0.0
+        for batch in tqdm(loader, desc=f"eval {sampler.subset}", disable=not progress):
+            b = len(batch["concept"])
+            gpu = to_device(batch, device)
+            with autocast(device, amp_dtype):
+                out = model(gpu)
+            q_loss += float(out.query_loss) * b
+            if out.concept_loss is not None:
+                c_loss += float(out.concept_loss) * b
+            scores = log_odds(out.prototypes, emb).double().cpu().numpy()  # (B, M)
+            # Shift each row to >= 0 (same order) for the metric's fast path.
+            scores -= scores.min(axis=1, keepdims=True)
+            truth = eval_labels(ev.rows, batch["concept"].cpu().numpy(), len(ev))  # (B, M)
+            aps.append(average_precision_batch(scores, truth))
+            logits = out.logits.float()
+            q_scores.append((logits[..., 1] - logits[..., 0]).cpu().numpy())  # (B, Q) log-odds
+            q_labels.append(batch["query_labels"].cpu().numpy())
+    finally:
+        model.train(was_training)
+    ap = np.concatenate(aps)
+    qs, ql = np.concatenate(q_scores), np.concatenate(q_labels)
+    n = len(ap)
+    return {
+        "map": float(np.nanmean(ap)),
+        "cba": float(np.nanmean(class_balanced_accuracy_batch(qs, ql, threshold=0.0))),
+        "cba_pooled": float(pooled_class_balanced_accuracy(qs, ql, threshold=0.0)),
+        "query_loss": q_loss / n,
+        "concept_loss": c_loss / n if model.decoder is not None else None,
+        "episodes": n,
+        "eval_scenes": len(ev),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def write_metrics(metrics: Mapping, path: str | Path) -> Path:
+    """Write metrics as indented JSON (to a temporary name, then renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(metrics, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    *,
+    data_dir: str | Path | None = None,
+    subset: str = "test",
+    episodes: int = 20_000,
+    seed: int = 0,
+    split: str | Mapping | None = None,
+    negatives: str | None = None,
+    device: str = "auto",
+    render_device: str | None = None,
+    batch_size: int | None = None,
+    num_workers: int = 0,
+    chunk: int = 512,
+    oracles: bool = True,
+    prior: str = "log_linear",
+    likelihood: str = "size_principle",
+    progress: bool = False,
+) -> dict:
+    """Evaluate a checkpoint of `models.train.train` on `episodes` episodes of a subset.
+
+    The model, bank, split and negatives are rebuilt from the config stored in the checkpoint
+    (split and negatives may be overridden). With `oracles`, the strong / weak / random oracles
+    are scored on exactly the same episodes (`oracles.gap.score_split`: the ``test`` subset,
+    same seed and count).
+
+    Args:
+        checkpoint: a ``.pt`` file, or a run directory (its ``checkpoints/best.pt``, else
+            ``checkpoints/last.pt``).
+        data_dir: where the bank lives (default: the checkpoint's, else the default folder);
+            a missing bank is built from the stored bank config.
+        subset: ``test`` (default), ``val`` or ``train``.
+        episodes: number of episodes (paper: 20,000 test episodes).
+        seed: the episodes' seed (the oracles' too).
+        split, negatives: override the checkpoint's.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        render_device: where scenes are rendered (default: the checkpoint's modality.device).
+        batch_size: episodes per batch (default: the training batch size).
+        num_workers: DataLoader workers that render episodes.
+        chunk: evaluation-set scenes rendered and embedded at once.
+        oracles: also score the oracles (test subset only).
+        prior, likelihood: the oracles' options (see `oracles.posterior.Oracle`).
+        progress: show progress bars.
+
+    Returns:
+        ``{"checkpoint", "step", "subset", "split", "negatives", "episodes", "seed", "model":
+        {map, cba, cba_pooled, ...}, "oracles": {map_strong, map_weak, map_random, cba_*, ...}
+        or None, "config"}``.
+
+    Raises:
+        ConfigError: missing or unreadable checkpoint, bad options, or CUDA asked for but absent.
+    """
+    from curi.splits import make_split
+    from models.train import RunConfig, build_model, load_checkpoint, open_bank, resolve_device
+
+    ckpt, path = load_checkpoint(checkpoint)
+    run = RunConfig.from_mapping(ckpt["config"])
+    dev = resolve_device(device)
+    bank = open_bank(run, data_dir=data_dir, bank_path=ckpt.get("bank_path"), progress=progress)
+    split_cfg = run.split if split is None else split
+    sp = make_split(bank, split_cfg)
+    neg = negatives or run.negatives
+    if oracles and subset != "test":
+        raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
+    if episodes < 1:
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
+    if render_device is not None:
+        run = dataclasses.replace(run, modality={**run.modality, "device": render_device})
+    renderer = make_renderer(run.modality)
+    model = build_model(run, renderer).to(dev)
+    model.load_state_dict(ckpt["model"])
+    sampler = EpisodeSampler(bank, sp, subset, neg, seed=seed, size=episodes)
+    ev = EvalSet.from_bank(bank)
+    metrics = evaluate_episodes(
+        model,
+        sampler,
+        run.modality,
+        device=dev,
+        batch_size=batch_size or run.train.batch_for(renderer.name),
+        num_workers=num_workers,
+        chunk=chunk,
+        max_len=ckpt.get("max_len"),
+        eval_set=ev,
+        amp_dtype=run.train.autocast_dtype(dev),
+        progress=progress,
+    )
+    log.info("model: mAP %.4f, CBA %.4f on %d %s episodes", metrics["map"], metrics["cba"],
+             episodes, subset)  # fmt: skip
+    oracle_row = None
+    if oracles:
+        oracle_row = score_split(
+            bank, sp, neg, ev, episodes=episodes, prior=prior, likelihood=likelihood, seed=seed,
+            progress=progress,
+        )  # fmt: skip
+        log.info("oracles: mAP strong %.4f weak %.4f random %.4f", oracle_row["map_strong"],
+                 oracle_row["map_weak"], oracle_row["map_random"])  # fmt: skip
+    return {
+        "checkpoint": str(path),
+        "step": int(ckpt["step"]),
+        "subset": subset,
+        "split": sp.name,
+        "negatives": neg,
+        "episodes": episodes,
+        "seed": seed,
+        "device": str(dev),
+        "model": metrics,
+        "oracles": oracle_row,
+        "config": ckpt["config"],
+    }

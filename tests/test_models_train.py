@@ -1,0 +1,295 @@
+"""Tests of the episode Dataset, training and evaluation (CPU, small): determinism across
+DataLoader workers, the step-seeded episode stream, exact resume, the concept loss, evaluation
+against a brute-force AP, the `curi train` / `curi eval` commands and their config errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from torch.utils.data import DataLoader
+
+import curi
+from curi.cli import conf_dir
+from curi.errors import ConfigError
+from models import (
+    ConceptTokenizer,
+    EpisodeDataset,
+    EvalSceneDataset,
+    RunConfig,
+    StepBatchSampler,
+    TrainSettings,
+    build_model,
+    collate_episodes,
+    evaluate_episodes,
+    load_checkpoint,
+    make_renderer,
+    resolve_device,
+)
+from models import cli as models_cli
+from models.train import train
+from oracles.metrics import average_precision, class_balanced_accuracy
+
+SCHEMA = {"name": "schema"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: tiny models run faster so, and the CI machine's cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _compose(name: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides)
+
+
+def _train_cfg(bank_dir: Path, out: Path, *overrides: str):
+    """A composed `curi train` config: tiny bank (the session's), tiny schedule, no bars."""
+    base = ["bank=tiny", "train=tiny", f"data_dir={bank_dir.parent}", f"output_dir={out}",
+            "progress=false"]  # fmt: skip
+    return _compose("train", base + list(overrides))
+
+
+def _curi(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def _log(run_dir: Path, tag: str) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["tag"] == tag]
+
+
+# --- data ------------------------------------------------------------------------------------
+def test_dataset_is_deterministic_across_worker_counts_and_renders_the_episode(tiny_bank):
+    sampler = curi.EpisodeSampler(tiny_bank, "concept_iid", "train", "hard", seed=3, size=64)
+    ds = EpisodeDataset(sampler, SCHEMA)
+    batches = {}
+    for workers in (0, 2):
+        loader = DataLoader(
+            ds,
+            batch_sampler=StepBatchSampler(64, 4, seed=1, start=0, stop=3),
+            collate_fn=collate_episodes,
+            num_workers=workers,
+        )
+        batches[workers] = list(loader)
+    assert len(batches[0]) == 3
+    for a, b in zip(batches[0], batches[2], strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), k
+    batch = batches[0][1]
+    assert batch["support"].shape == (4, 25, 5, 20) and batch["query"].shape == (4, 25, 5, 20)
+    assert batch["support_mask"].shape == (4, 25, 5) and batch["support_mask"].dtype == torch.bool
+    assert (batch["support_labels"].sum(1) == 5).all() and (batch["query_labels"].sum(1) == 5).all()
+    assert batch["concept_tokens"].shape == (4, ds.max_len)
+    # Each row is its episode, rendered independently of the batch it came in.
+    renderer = make_renderer(SCHEMA)
+    tok = ConceptTokenizer()
+    for row, i in enumerate(batch["index"].tolist()):
+        e = sampler[i]
+        ref = renderer.render(tiny_bank.scene_records(e.query_ids))
+        assert torch.equal(batch["query"][row], ref.data)
+        assert torch.equal(batch["query_mask"][row], ref.mask)
+        assert torch.equal(batch["support_labels"][row], torch.from_numpy(e.support_labels).long())
+        assert tok.decode(batch["concept_tokens"][row]) == e.concept_text
+        alone = ds[i]
+        assert torch.equal(alone["support"], batch["support"][row])
+
+
+def test_step_stream_is_a_function_of_the_step_and_covers_the_pool():
+    full = StepBatchSampler(40, 8, seed=0, start=0, stop=12)
+    steps = list(full)
+    later = list(StepBatchSampler(40, 8, seed=0, start=7, stop=12))
+    assert later == steps[7:]  # a resumed run sees the uninterrupted run's batches
+    for epoch in range(2):  # each epoch (5 steps) is a permutation of the pool
+        seen = sorted(i for s in steps[5 * epoch : 5 * epoch + 5] for i in s)
+        assert seen == list(range(40))
+    assert steps[:5] != steps[5:10]  # a fresh order each epoch
+    ranks = [StepBatchSampler(40, 4, seed=0, start=0, stop=5, rank=r, world=2) for r in (0, 1)]
+    for a, b in zip(*ranks, strict=True):
+        assert not set(a) & set(b)  # DDP processes take disjoint episodes
+    assert list(StepBatchSampler(40, 8, seed=1, start=0, stop=1)) != steps[:1]
+
+
+def test_eval_set_chunks_render_every_evaluation_scene_once(tiny_bank):
+    ds = EvalSceneDataset(tiny_bank, SCHEMA, chunk=1000)
+    chunks = [ds[c] for c in range(len(ds))]
+    assert len(ds) == -(-len(tiny_bank.eval_ids) // 1000)
+    ref = make_renderer(SCHEMA).render(tiny_bank.scene_records(tiny_bank.eval_ids))
+    assert torch.equal(torch.cat([c["x"] for c in chunks]), ref.data)
+    assert torch.equal(torch.cat([c["mask"] for c in chunks]), ref.mask)
+
+
+# --- evaluation ------------------------------------------------------------------------------
+def test_evaluation_matches_brute_force_average_precision(tiny_bank):
+    run = RunConfig(bank=tiny_bank.config, pooling={"name": "avg"})
+    renderer = make_renderer(SCHEMA)
+    model = build_model(run, renderer).eval()
+    sampler = curi.EpisodeSampler(tiny_bank, "concept_iid", "val", "hard", seed=0, size=6)
+    got = evaluate_episodes(model, sampler, SCHEMA, device=torch.device("cpu"), batch_size=4)
+    ev = renderer.render(tiny_bank.scene_records(tiny_bank.eval_ids))
+    aps, cbas = [], []
+    with torch.no_grad():
+        emb = model.embed(ev.data, ev.mask).double()  # (M, E)
+        for i in range(len(sampler)):
+            e = sampler[i]
+            sup = renderer.render(tiny_bank.scene_records(e.support_ids))
+            qry = renderer.render(tiny_bank.scene_records(e.query_ids))
+            s_emb = model.embed(sup.data, sup.mask).double()
+            lab = torch.from_numpy(e.support_labels.astype(bool))
+            c_pos, c_neg = s_emb[lab].mean(0), s_emb[~lab].mean(0)
+
+            def p_pos(x, c_pos=c_pos, c_neg=c_neg):  # explicit softmax over -distance^2
+                d = torch.stack([(x - c_neg).square().sum(1), (x - c_pos).square().sum(1)], 1)
+                return torch.softmax(-d, 1)[:, 1]
+
+            truth = tiny_bank.truth(e.concept)[tiny_bank.eval_ids]
+            aps.append(average_precision(p_pos(emb).numpy(), truth))
+            q = p_pos(model.embed(qry.data, qry.mask).double()).numpy()
+            cbas.append(class_balanced_accuracy(q, e.query_labels))
+    assert got["episodes"] == 6 and got["eval_scenes"] == len(tiny_bank.eval_ids)
+    assert got["map"] == pytest.approx(np.mean(aps), abs=1e-4)
+    assert got["cba"] == pytest.approx(np.mean(cbas), abs=1e-9)
+    assert 0 <= got["map"] <= 1 and got["concept_loss"] is None
+
+
+# --- training --------------------------------------------------------------------------------
+def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_bank_dir, tmp_path):
+    # The transformer pooler has dropout: the resumed steps must draw the same masks too.
+    over = ["pooling=transformer", "train.steps=6", "train.checkpoint_every=3",
+            "train.eval_every=100", "train.val_episodes=4"]  # fmt: skip
+    full = tmp_path / "full"
+    models_cli.train(_train_cfg(tiny_bank_dir, full, *over))
+    ckpt_dir = full / "checkpoints"
+    assert {p.name for p in ckpt_dir.glob("*.pt")} == {
+        "step_0000003.pt",
+        "step_0000006.pt",
+        "last.pt",
+        "best.pt",
+    }
+    ckpt, _ = load_checkpoint(ckpt_dir / "step_0000003.pt")
+    assert ckpt["step"] == 3 and ckpt["optimizer"]["state"]
+    assert ckpt["config"]["pooling"]["name"] == "transformer"
+    assert ckpt["config"]["train"]["steps"] == 6 and ckpt["config"]["bank"]["name"] == "tiny"
+    resumed = tmp_path / "resumed"
+    cfg = _train_cfg(tiny_bank_dir, resumed, *over, f"resume={ckpt_dir / 'step_0000003.pt'}")
+    models_cli.train(cfg)
+    a = {r["step"]: r["loss"] for r in _log(full, "train")}
+    b = {r["step"]: r["loss"] for r in _log(resumed, "train")}
+    assert sorted(b) == [4, 5, 6]
+    assert [b[s] for s in (4, 5, 6)] == [a[s] for s in (4, 5, 6)]
+    assert a[4] != a[5]  # the steps really differ (the comparison is not vacuous)
+    end_a, _ = load_checkpoint(ckpt_dir / "last.pt")
+    end_b, _ = load_checkpoint(resumed / "checkpoints" / "last.pt")
+    assert end_b["step"] == 6
+    for k, v in end_a["model"].items():
+        assert torch.equal(v, end_b["model"][k]), k
+    # A checkpoint made by another config is refused, naming what differs.
+    other = _train_cfg(tiny_bank_dir, tmp_path / "x", *over, "train.lr=0.01", f"resume={full}")
+    with pytest.raises(ConfigError, match=r"different config \(train.lr\)"):
+        models_cli.train(other)
+
+
+def test_concept_loss_falls_on_a_tiny_set(tiny_bank, tmp_path):
+    run = RunConfig(
+        bank=tiny_bank.config,
+        pooling={"name": "avg"},
+        train=TrainSettings(
+            steps=40,
+            batch_size=8,
+            train_episodes=8,
+            alpha=1.0,
+            lr=3e-3,
+            log_every=5,
+            eval_every=40,
+            checkpoint_every=40,
+            val_episodes=4,
+            num_workers=0,
+        ),  # fmt: skip
+        device="cpu",
+    )
+    summary = train(run, run_dir=tmp_path, bank=tiny_bank, progress=False)
+    rows = _log(tmp_path, "train")
+    first, last = rows[0]["concept_loss"], rows[-1]["concept_loss"]
+    assert last < 0.2 * first, (first, last)
+    assert rows[-1]["loss"] == pytest.approx(rows[-1]["query_loss"] + last, rel=1e-5)
+    assert summary["val"]["concept_loss"] is not None and summary["steps"] == 40
+
+
+@pytest.mark.parametrize("pooling", ["avg", "concat", "relation_net", "transformer"])
+@pytest.mark.parametrize("modality", ["schema", "image", "sound"])
+def test_every_config_option_builds_its_model(tiny_bank_dir, tmp_path, modality, pooling):
+    cfg = _train_cfg(tiny_bank_dir, tmp_path, f"modality={modality}", f"pooling={pooling}")
+    run = models_cli.run_config(cfg)
+    model = build_model(run, make_renderer(run.modality))
+    assert model.encoder.out_dim > 0 and model.pooler.out_dim == 256
+    assert run.train.batch_for(modality) == 4
+    for name in ("tiny", "default", "paper"):
+        s = models_cli.run_config(_train_cfg(tiny_bank_dir, tmp_path, f"train={name}")).train
+        assert s.lr_for(modality) == {"schema": 1e-3, "image": 1e-4, "sound": 5e-4}[modality]
+
+
+def test_bad_configs_are_clear_errors(tiny_bank_dir, tmp_path):
+    with pytest.raises(ConfigError, match="unknown pooler 'bogus'"):
+        models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "pooling.name=bogus"))
+    with pytest.raises(ConfigError, match="bad pooling option"):
+        models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "+pooling.width=3"))
+    with pytest.raises(ConfigError, match="unknown train option"):
+        TrainSettings.from_mapping({"stpes": 3})
+    with pytest.raises(ConfigError, match="train.steps must be >= 1"):
+        models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "train.steps=0"))
+    with pytest.raises(ConfigError, match="checkpoint=<run dir"):
+        models_cli.evaluate(_compose("eval", [f"output_dir={tmp_path}"]))
+    with pytest.raises(ConfigError, match="checkpoint not found"):
+        models_cli.evaluate(_compose("eval", [f"checkpoint={tmp_path}", f"output_dir={tmp_path}"]))
+    with pytest.raises(ConfigError, match="unknown device"):
+        resolve_device("tpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():  # asking for a GPU that is not there
+        with pytest.raises(ConfigError, match="device=cuda was asked for but CUDA is not"):
+            models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "device=cuda"))
+        with pytest.raises(ConfigError, match="modality.device=cuda"):
+            models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "modality.device=cuda"))
+
+
+# --- the commands, end to end ----------------------------------------------------------------
+def test_curi_train_then_eval_write_checkpoints_and_metrics(tiny_bank_dir, tmp_path):
+    data = f"data_dir={tiny_bank_dir.parent}"
+    run = tmp_path / "run"
+    out = _curi("train", "bank=tiny", "train=tiny", data, f"output_dir={run}", "progress=false",
+                "train.steps=4", "train.eval_every=4", "train.checkpoint_every=2",
+                "train.val_episodes=8", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout[out.stdout.index("{") :])
+    assert summary["steps"] == 4 and summary["parameters"]["total"] > 0
+    names = {p.name for p in (run / "checkpoints").glob("*.pt")}
+    assert names == {"step_0000002.pt", "step_0000004.pt", "last.pt", "best.pt"}
+    assert len(_log(run, "train")) == 4 and [r["step"] for r in _log(run, "val")] == [4]
+    assert list((tmp_path / "outputs" / "train").glob("*/.hydra/config.yaml"))  # config saved
+
+    ev = tmp_path / "eval"
+    out = _curi("eval", f"checkpoint={run}", "episodes=20", "num_workers=0", f"output_dir={ev}",
+                "progress=false", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    metrics = json.loads((ev / "metrics.json").read_text())
+    assert metrics["subset"] == "test" and metrics["episodes"] == 20
+    assert metrics["split"] == "concept_iid" and metrics["negatives"] == "hard"
+    for k in ("map", "cba", "cba_pooled"):
+        assert 0 <= metrics["model"][k] <= 1
+    oracles = metrics["oracles"]
+    assert oracles["episodes"] == 20
+    assert oracles["map_strong"] >= oracles["map_weak"] > oracles["map_random"] > 0
+    assert {"cba_strong", "cba_weak", "cba_random", "cba_pooled_strong"} <= set(oracles)
