@@ -127,25 +127,32 @@ class Scenes:
     def records(self, ids) -> list[dict]:
         """JSON-ready records of scenes `ids`: discrete properties, bins and the 3D data a
         renderer needs (``position``, ``rotation``, ``pixel``)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        # Gather once and convert to Python values in bulk (no per-element numpy indexing).
+        counts = self.n_objects[ids].tolist()
+        props = self.props[ids].tolist()
+        position = np.round(self.position[ids].astype(np.float64), 6).tolist()
+        rotation = np.round(self.rotation[ids].astype(np.float64), 6).tolist()
+        pixel = np.round(self.pixel[ids, :, :2].astype(np.float64), 4).tolist()
         out = []
-        for i in np.asarray(ids, dtype=np.int64).reshape(-1):
+        for j, i in enumerate(ids.tolist()):
             objs = []
-            for k in range(int(self.n_objects[i])):
-                p = self.props[i, k]
+            for k in range(counts[j]):
+                shape, color, material, size, x, y = props[j][k]
                 objs.append(
                     {
-                        "shape": SHAPES[p[0]],
-                        "color": COLORS[p[1]],
-                        "material": MATERIALS[p[2]],
-                        "size": SIZES[p[3]],
-                        "x": int(p[4]),
-                        "y": int(p[5]),
-                        "position": [round(float(v), 6) for v in self.position[i, k]],
-                        "rotation": round(float(self.rotation[i, k]), 6),
-                        "pixel": [round(float(v), 4) for v in self.pixel[i, k, :2]],
+                        "shape": SHAPES[shape],
+                        "color": COLORS[color],
+                        "material": MATERIALS[material],
+                        "size": SIZES[size],
+                        "x": x,
+                        "y": y,
+                        "position": position[j][k],
+                        "rotation": rotation[j][k],
+                        "pixel": pixel[j][k],
                     }
                 )
-            out.append({"id": int(i), "objects": objs})
+            out.append({"id": i, "objects": objs})
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
