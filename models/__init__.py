@@ -2,6 +2,8 @@
 prototypical head and the concept decoder, each found by name through a small registry; the
 episode Dataset that renders a modality, training and evaluation."""
 
+from models.checkpoint import load_checkpoint
+from models.config import RunConfig, TrainSettings, build_model, resolve_device
 from models.data import (
     EpisodeDataset,
     EvalSceneDataset,
@@ -40,13 +42,6 @@ from models.protonet import (
     class_prototypes,
     count_parameters,
     prototype_logits,
-)
-from models.train import (
-    RunConfig,
-    TrainSettings,
-    build_model,
-    load_checkpoint,
-    resolve_device,
 )
 
 __all__ = [

@@ -10,8 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi.errors import ConfigError
+from models.config import RunConfig
 from models.evaluate import evaluate_checkpoint, write_metrics
-from models.train import RunConfig
 from models.train import train as train_run
 
 __all__ = ["train", "evaluate"]

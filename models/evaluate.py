@@ -250,7 +250,8 @@ def evaluate_checkpoint(
         ConfigError: missing or unreadable checkpoint, bad options, or CUDA asked for but absent.
     """
     from curi.splits import make_split
-    from models.train import RunConfig, build_model, load_checkpoint, open_bank, resolve_device
+    from models.checkpoint import load_checkpoint
+    from models.config import RunConfig, build_model, open_bank, resolve_device
 
     ckpt, path = load_checkpoint(checkpoint)
     run = RunConfig.from_mapping(ckpt["config"])
