@@ -136,7 +136,7 @@ def _oracle_ap(ev: EvalSet, label: np.ndarray, idx, w, groups, label_words=None)
             n_tot = np.bincount(sig, minlength=1 << n_groups)
             n_pos = np.bincount(sig[label], minlength=1 << n_groups)
             present = np.flatnonzero(n_tot)
-            scores = ((present[:, None] >> np.arange(n_groups)) & 1) @ wg
+            scores = (((present[:, None] >> np.arange(n_groups)) & 1) * wg).sum(1)
             return ap_from_counts(scores, n_pos[present], n_tot[present])
         covered = np.flatnonzero(sig)
         keys = sig[covered]
@@ -145,7 +145,7 @@ def _oracle_ap(ev: EvalSet, label: np.ndarray, idx, w, groups, label_words=None)
     n_pos = np.bincount(inv_u[label[covered]], minlength=len(uniq))
     first_scene = covered[first_of]
     bits = (reps[:, first_scene >> 6] >> (first_scene & 63).astype(np.uint64)) & np.uint64(1)
-    scores = wg @ bits.astype(np.float64)  # (distinct signatures,)
+    scores = (bits.astype(np.float64) * wg[:, None]).sum(0)  # (distinct signatures,)
     rest_pos = label.sum() - n_pos.sum()
     return ap_from_counts(
         np.r_[scores, 0.0], np.r_[n_pos, rest_pos], np.r_[n_tot, m - len(covered)]

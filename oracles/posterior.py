@@ -110,7 +110,9 @@ def predictive_on(bank, idx: np.ndarray, w: np.ndarray, scene_ids: np.ndarray) -
     """sum_k w[k] [idx[k] holds on u] for each scene u (0 where idx is empty)."""
     if len(idx) == 0:
         return np.zeros(len(scene_ids))
-    return hypothesis_bits(bank, idx, scene_ids) @ w
+    # multiply-sum, not `@`: these products are tiny, and BLAS would wake (and spin) its threads
+    # in every worker process of the gap report
+    return (hypothesis_bits(bank, idx, scene_ids) * w).sum(1)
 
 
 def posterior_predictive(
