@@ -46,7 +46,7 @@ def split(cfg: DictConfig) -> None:
 
 
 def episodes(cfg: DictConfig) -> None:
-    """Export episodes (with scene records) as JSON lines, plus a dataset card."""
+    """Export episodes with scene records (JSON lines or tar shards) and a dataset card."""
     from curi.export import export_episodes
     from curi.splits import make_split
 
@@ -61,6 +61,7 @@ def episodes(cfg: DictConfig) -> None:
         negatives=cfg.negatives,
         query_negatives=cfg.query_negatives,
         seed=cfg.seed,
+        shard_size=cfg.shard_size,
         progress=cfg.progress,
     )
     log.info("wrote %s and its dataset card %s", out["episodes"], out["card"])

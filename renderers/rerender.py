@@ -4,99 +4,29 @@ files per scene, and an ``index.json`` that lists them."""
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import logging
 import os
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from curi.errors import CuriError
+from curi.export import EpisodeFileError, count_episodes, read_episode_file
 from renderers.base import Renderer
 from renderers.image import ImageRenderer, save_png
 from renderers.sound import SoundRenderer, save_wav, spectrogram
 
-__all__ = ["EpisodeFileError", "read_episode_file", "render_episode_file"]
+__all__ = ["render_episode_file"]
 
 log = logging.getLogger(__name__)
 
-_KEYS = ("concept_text", "support_labels", "query_labels", "support_records", "query_records")
 _FORMATS = {
     "image": "support / query: uint8 (N, 3, H, W), the renderer's float images x 255",
     "sound": "support / query: float16 (N, F, T) spectrograms in [0, 1]",
     "schema": "support / query: float32 (N, 5, 20) features; support_mask / query_mask: "
     "bool (N, 5)",
 }
-
-
-class EpisodeFileError(CuriError, ValueError):
-    """An exported episode file that is missing, empty or corrupt."""
-
-
-def _open(path: Path):
-    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    try:
-        with _open(path) as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    yield n, line
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
-        raise EpisodeFileError(f"cannot read episode file {path}: {e}") from None
-
-
-def read_episode_file(path: str | Path, *, limit: int | None = None) -> Iterator[dict]:
-    """Yield the episodes of an exported file (``.jsonl`` or ``.jsonl.gz``), checked.
-
-    Raises:
-        EpisodeFileError: the file is missing, unreadable, empty, or a line is not an episode
-            (not JSON, a missing key, labels and records of different lengths).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise EpisodeFileError(
-            f"episode file not found at {path}; export one with "
-            "`curi episodes split=... subset=test n=... out=FILE`"
-        )
-    count = 0
-    for n, line in _lines(path):
-        if limit is not None and count >= limit:
-            return
-        try:
-            ep = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise EpisodeFileError(
-                f"{path} line {n} is not valid JSON ({e.msg}, column {e.colno}); re-export it"
-            ) from None
-        missing = [k for k in _KEYS if not isinstance(ep, dict) or k not in ep]
-        if missing:
-            raise EpisodeFileError(
-                f"{path} line {n} is not an exported episode: missing {missing} (export with "
-                "`curi episodes ... out=FILE`, which writes the scene records)"
-            )
-        for s in ("support", "query"):
-            if len(ep[f"{s}_labels"]) != len(ep[f"{s}_records"]):
-                raise EpisodeFileError(f"{path} line {n}: {s} labels and records differ in length")
-        count += 1
-        yield ep
-    if count == 0:
-        raise EpisodeFileError(f"{path} holds no episodes")
-
-
-def _count(path: Path, limit: int | None) -> int | None:
-    """Episodes in the file (for the progress bar); None if it cannot be read (reported
-    later, with the line, by `read_episode_file`)."""
-    try:
-        n = sum(1 for _ in _lines(path))
-    except EpisodeFileError:
-        return None
-    return n if limit is None else min(n, limit)
 
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -172,7 +102,7 @@ def render_episode_file(
     out.mkdir(parents=True, exist_ok=True)
     entries = []
     bar = tqdm(
-        total=_count(path, limit),
+        total=count_episodes(path, limit),
         desc=f"render {renderer.name}",
         unit="episode",
         disable=not progress,

@@ -13,10 +13,10 @@ from PIL import Image
 from scipy import ndimage
 
 from curi import EpisodeSampler, make_split
-from curi.export import export_episodes
+from curi.export import EpisodeFileError, export_episodes
 from renderers import get_renderer
 from renderers.image import ImageRenderer
-from renderers.rerender import EpisodeFileError, render_episode_file
+from renderers.rerender import render_episode_file
 from renderers.schema import encode
 from renderers.sheet import NEGATIVE_RGB, POSITIVE_RGB, draw_sheet, sheet_size, write_episode_page
 from renderers.sound import SoundRenderer
