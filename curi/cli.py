@@ -4,7 +4,6 @@ entry points, so the core never imports the layers above it."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 from importlib.metadata import entry_points
@@ -70,8 +69,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     import hydra
 
-    task = functools.partial(_run, name, fn)
+    def task(cfg) -> None:
+        _run(name, fn, cfg)
+
     config_name = name.replace(".", "_")  # `episodes.render` -> conf/episodes_render.yaml
     app = hydra.main(config_path=config_path, config_name=config_name, version_base="1.3")(task)
-    sys.argv = [f"curi {name.replace('.', ' ')}"] + rest
+    # the job name names the run's log file (<command>.log beside .hydra/)
+    sys.argv = [f"curi {name.replace('.', ' ')}", *rest, f"hydra.job.name={config_name}"]
     app()

@@ -52,3 +52,13 @@ def test_ci_runs_exactly_the_readme_test_command():
     test_cmd = blocks[1].strip()
     assert "pytest" in test_cmd
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
+
+
+def test_sweep_with_m_runs_each_job_and_names_the_log(tiny_bank_dir, tmp_path):
+    data = f"data_dir={tiny_bank_dir.parent}"
+    out = run_curi("split", "-m", "bank=tiny", data, "split=binding_color,counting", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    runs = sorted(p for p in (tmp_path / "multirun" / "split").glob("*/*") if p.is_dir())
+    assert [r.name for r in runs] == ["0", "1"]
+    assert all((r / "split.log").is_file() for r in runs)
+    assert '"split": "counting"' in out.stdout
