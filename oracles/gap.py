@@ -84,6 +84,8 @@ def ap_from_counts(scores: np.ndarray, n_pos: np.ndarray, n_tot: np.ndarray) -> 
     return float(np.sum(pos / total_pos * tp / np.maximum(seen, 1)))
 
 
+_BYTE_BITS = (np.arange(256)[:, None] >> np.arange(8)) & 1  # (256, 8): the bits of each byte
+_CELL_MAX_GROUPS = 8  # with more groups the cells mostly outgrow _MAX_CELLS (measured)
 _MAX_CELLS = 16  # beyond this many distinct signatures, per-scene signatures are cheaper
 
 
@@ -122,34 +124,60 @@ def _oracle_ap(ev: EvalSet, label: np.ndarray, idx, w, groups, label_words=None)
     if label_words is None:
         label_words = pack_rows(label)
     reps = ev.rows[idx[first]]  # (G, ceil(M / 64)), one row per synonym group
-    ap = _ap_by_cells(reps, wg, ev.all_scenes, label_words)
-    if ap is not None:
-        return ap
+    if n_groups <= _CELL_MAX_GROUPS:
+        ap = _ap_by_cells(reps, wg, ev.all_scenes, label_words)
+        if ap is not None:
+            return ap
     if n_groups > 64:  # rare: signatures of several words, compared as raw bytes
         sig = next(transpose_blocks(reps, m, block=reps.shape[1]))  # (M, ceil(G / 64))
         covered = np.flatnonzero(sig.any(1))
         keys = np.ascontiguousarray(sig[covered]).view(np.dtype((np.void, 8 * sig.shape[1])))
-        keys = keys.ravel()
-    else:
-        sig = column_codes(reps, m)  # (M,) one unsigned code per scene: bit g = group g holds
-        if n_groups <= 16:
-            n_tot = np.bincount(sig, minlength=1 << n_groups)
-            n_pos = np.bincount(sig[label], minlength=1 << n_groups)
-            present = np.flatnonzero(n_tot)
-            scores = (((present[:, None] >> np.arange(n_groups)) & 1) * wg).sum(1)
-            return ap_from_counts(scores, n_pos[present], n_tot[present])
-        covered = np.flatnonzero(sig)
-        keys = sig[covered]
-    uniq, first_of, inv_u = np.unique(keys, return_index=True, return_inverse=True)
-    n_tot = np.bincount(inv_u, minlength=len(uniq))
-    n_pos = np.bincount(inv_u[label[covered]], minlength=len(uniq))
-    first_scene = covered[first_of]
-    bits = (reps[:, first_scene >> 6] >> (first_scene & 63).astype(np.uint64)) & np.uint64(1)
-    scores = (bits.astype(np.float64) * wg[:, None]).sum(0)  # (distinct signatures,)
-    rest_pos = label.sum() - n_pos.sum()
-    return ap_from_counts(
-        np.r_[scores, 0.0], np.r_[n_pos, rest_pos], np.r_[n_tot, m - len(covered)]
-    )
+        uniq, first_of, inv_u = np.unique(keys.ravel(), return_index=True, return_inverse=True)
+        n_tot = np.bincount(inv_u, minlength=len(uniq))
+        n_pos = np.bincount(inv_u[label[covered]], minlength=len(uniq))
+        first_scene = covered[first_of]
+        bits = (reps[:, first_scene >> 6] >> (first_scene & 63).astype(np.uint64)) & np.uint64(1)
+        scores = (bits.astype(np.float64) * wg[:, None]).sum(0)  # (distinct signatures,)
+        rest_pos = label.sum() - n_pos.sum()
+        return ap_from_counts(
+            np.r_[scores, 0.0], np.r_[n_pos, rest_pos], np.r_[n_tot, m - len(covered)]
+        )
+    sig = column_codes(reps, m)  # (M,) one unsigned code per scene: bit g = group g holds
+    if n_groups <= 16:
+        n_tot = np.bincount(sig, minlength=1 << n_groups)
+        n_pos = np.bincount(sig[label], minlength=1 << n_groups)
+        present = np.flatnonzero(n_tot)
+        scores = (((present[:, None] >> np.arange(n_groups)) & 1) * wg).sum(1)
+        return ap_from_counts(scores, n_pos[present], n_tot[present])
+    covered = np.flatnonzero(sig)
+    codes = sig[covered]
+    scores = np.zeros(len(covered))
+    for c in range(0, n_groups, 8):  # score = sum over the code's bytes of a 256-entry table
+        table = (_BYTE_BITS[:, : len(wg[c : c + 8])] * wg[c : c + 8]).sum(1)  # (256,)
+        scores += table[(codes >> codes.dtype.type(c)) & codes.dtype.type(255)]
+    return _ap_by_thresholds(scores, label[covered], m - len(covered), label.sum())
+
+
+def _ap_by_thresholds(scores: np.ndarray, labels: np.ndarray, n_zero: int, n_pos: int) -> float:
+    """Step-wise AP without sorting the scenes: `scores` / `labels` of the scenes with a
+    non-zero score, plus `n_zero` scenes scoring 0; `n_pos` positives in all. For each distinct
+    positive score t (few), the scenes scoring >= t are counted with one searchsorted against
+    those thresholds. Scores are compared to 12 decimals, as in `ap_from_counts`."""
+    if n_pos == 0:
+        return float("nan")
+    scores = np.round(scores, 12)
+    pos_scores = scores[labels]
+    zero_pos = n_pos - len(pos_scores)  # positives among the zero-score scenes
+    thresholds = np.unique(np.r_[pos_scores, 0.0] if zero_pos else pos_scores)  # ascending
+    above = np.searchsorted(thresholds, scores, side="right")  # thresholds <= each score
+    n_ge = np.cumsum(np.bincount(above, minlength=len(thresholds) + 1)[::-1])[::-1][1:]
+    pos_at = np.bincount(np.searchsorted(thresholds, pos_scores), minlength=len(thresholds))
+    pos_at = pos_at.astype(np.float64)
+    if thresholds[0] <= 0:  # the zero-score scenes reach the threshold 0
+        n_ge = n_ge + np.r_[n_zero, np.zeros(len(thresholds) - 1, np.int64)]
+        pos_at[0] += zero_pos
+    tp_ge = np.cumsum(pos_at[::-1])[::-1]
+    return float(np.sum(pos_at * tp_ge / n_ge) / n_pos)
 
 
 def _cba(scores: np.ndarray, labels: np.ndarray) -> tuple[float, int, int]:

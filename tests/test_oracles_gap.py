@@ -113,3 +113,22 @@ def test_report_files(rows, tmp_path):
     md = paths["md"].read_text()
     assert "| binding_color | hard |" in md and "mAP gap" in md
     assert paths["png"].stat().st_size > 10_000
+
+
+def test_ap_by_thresholds_matches_plain_ap_with_ties_and_zeros():
+    from oracles.gap import _ap_by_thresholds
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        u, n_zero = int(rng.integers(1, 60)), int(rng.integers(0, 40))
+        scores = rng.choice([1e-14, 0.1, 0.25, 0.5, 0.9], size=u) * rng.integers(1, 3, size=u)
+        labels = rng.random(u) < 0.3
+        zero_labels = rng.random(n_zero) < 0.2
+        n_pos = int(labels.sum() + zero_labels.sum())
+        if n_pos == 0:
+            continue
+        want = average_precision(
+            np.r_[np.round(scores, 12), np.zeros(n_zero)], np.r_[labels, zero_labels]
+        )
+        got = _ap_by_thresholds(scores, labels, n_zero, n_pos)
+        assert got == pytest.approx(want, abs=1e-12)
