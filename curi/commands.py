@@ -7,32 +7,34 @@ import logging
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.bank import BankConfig, build_bank, load_bank
+from curi.bank import BankConfig, ConceptBank, build_bank, load_bank
 
-__all__ = ["bank", "split", "episodes"]
+__all__ = ["bank", "split", "episodes", "open_bank_from_config"]
 
 log = logging.getLogger("curi")
 
 
+def open_bank_from_config(cfg: DictConfig) -> ConceptBank:
+    """The bank of a command's config (``bank`` group, ``data_dir``, ``progress`` and an
+    optional ``force``): built, or reused when already there, then loaded."""
+    bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
+    force = bool(cfg.get("force", False))
+    path = build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress, force=force)
+    return load_bank(path, verify=False)
+
+
 def bank(cfg: DictConfig) -> None:
     """Build a concept bank (scenes, concepts, truth matrix, eval set) under data_dir."""
-    bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
-    path = build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress, force=cfg.force)
-    b = load_bank(path, verify=False)
-    log.info("bank ready at %s", path)
-    print(json.dumps({"path": str(path), **b.manifest["counts"]}, indent=2))
-
-
-def _bank(cfg: DictConfig):
-    bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
-    return load_bank(build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress), verify=False)
+    b = open_bank_from_config(cfg)
+    log.info("bank ready at %s", b.path)
+    print(json.dumps({"path": str(b.path), **b.manifest["counts"]}, indent=2))
 
 
 def split(cfg: DictConfig) -> None:
     """Split the bank's concepts; print the sizes and the checks."""
     from curi.splits import make_split
 
-    bank = _bank(cfg)
+    bank = open_bank_from_config(cfg)
     s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
     groups = bank.groups
     report = {
@@ -50,7 +52,7 @@ def episodes(cfg: DictConfig) -> None:
     from curi.export import export_episodes
     from curi.splits import make_split
 
-    bank = _bank(cfg)
+    bank = open_bank_from_config(cfg)
     s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
     out = export_episodes(
         bank,

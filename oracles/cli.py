@@ -6,7 +6,7 @@ import logging
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.bank import BankConfig, build_bank, load_bank
+from curi.commands import open_bank_from_config
 from oracles.gap import compositionality_gap
 from oracles.report import markdown_table, write_report
 
@@ -17,9 +17,7 @@ log = logging.getLogger("curi")
 
 def gap(cfg: DictConfig) -> None:
     """Compositionality gap of every split (strong/weak/random oracles, D_A, D_C)."""
-    bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
-    path = build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress, force=cfg.force)
-    bank = load_bank(path, verify=False)
+    bank = open_bank_from_config(cfg)
     splits = OmegaConf.to_container(cfg.splits, resolve=True)
     negatives = OmegaConf.to_container(cfg.negatives, resolve=True)
     rows = compositionality_gap(

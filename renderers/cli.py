@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.bank import BankConfig, build_bank, load_bank
+from curi.commands import open_bank_from_config
 from curi.errors import ConfigError
 from renderers import get_renderer
 from renderers.rerender import render_episode_file
@@ -43,8 +43,7 @@ def _threads(cfg: DictConfig) -> None:
 def show(cfg: DictConfig) -> None:
     """Render one scene, or one episode (sheet + page), as image, sound and spectrogram."""
     _threads(cfg)
-    bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
-    bank = load_bank(build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress), verify=False)
+    bank = open_bank_from_config(cfg)
     if cfg.episode is not None:
         _show_episode(bank, cfg)
         return
