@@ -76,16 +76,6 @@ class BitScenes:
     def from_scenes(cls, scenes: Scenes) -> BitScenes:
         return cls.from_arrays(scenes.n_objects, scenes.props)
 
-    def slice_words(self, start: int, stop: int) -> BitScenes:
-        """The scenes of words [start, stop) (64 scenes a word): for screening a sample."""
-        n = min(self.num_scenes, stop * 64) - start * 64
-        return BitScenes(
-            n,
-            self.valid[..., start:stop],
-            {k: v[..., start:stop] for k, v in self.planes.items()},
-            self.scene_mask[start:stop],
-        )
-
     def to(self, device) -> BitScenes:
         """A torch copy on `device` (int64 words, same bits)."""
         import torch
