@@ -172,11 +172,14 @@ def test_bit_transpose_matches_unpacking(rows, cols, block):
     np.testing.assert_array_equal(unpack_rows(t, rows), bits.T)
 
 
-@pytest.mark.parametrize("rows", [1, 8, 9, 16, 17, 33, 64])
-def test_column_codes(rows):
-    from curi.bits import column_codes, pack_rows
+@pytest.mark.parametrize("rows, cols", [(1, 1), (8, 64), (9, 300), (17, 70), (70, 129)])
+def test_byte_codes(rows, cols):
+    from curi.bits import byte_codes, pack_rows
 
-    bits = np.random.default_rng(rows).random((rows, 300)) < 0.5
-    codes = column_codes(pack_rows(bits), 300).astype(np.uint64)
-    want = (bits.astype(np.uint64) << np.arange(rows, dtype=np.uint64)[:, None]).sum(0)
+    bits = np.random.default_rng(rows).random((rows, cols)) < 0.5
+    codes = byte_codes(pack_rows(bits), cols)
+    padded = np.zeros((8 * len(codes), cols), np.int64)
+    padded[:rows] = bits
+    want = (padded.reshape(-1, 8, cols) << np.arange(8)[:, None]).sum(1)
+    assert codes.dtype == np.uint8 and codes.shape == (-(-rows // 8), cols)
     np.testing.assert_array_equal(codes, want)

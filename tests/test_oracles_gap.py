@@ -33,7 +33,7 @@ def test_eval_set_rows_are_the_truth_on_eval_scenes(tiny_bank, evalset):
     )
 
 
-@pytest.mark.parametrize("max_cells", [64, 0])  # 0: per-scene signatures only
+@pytest.mark.parametrize("max_cells", [64, 0])  # 0: per-scene scores only
 def test_grouped_ap_equals_plain_ap(tiny_bank, evalset, monkeypatch, max_cells):
     import oracles.gap as gap_mod
 
@@ -54,8 +54,8 @@ def test_grouped_ap_equals_plain_ap(tiny_bank, evalset, monkeypatch, max_cells):
             want = average_precision(scores, label)
             assert _oracle_ap(evalset, label, idx, w, groups) == pytest.approx(want, abs=1e-12)
             n_groups = len(np.unique(groups[idx]))
-            sizes.add(0 if n_groups == 0 else 1 if n_groups <= 16 else 2)
-    assert sizes == {0, 1, 2}  # no hypothesis, bincount-sized and unique-sized signatures
+            sizes.add(0 if n_groups == 0 else 1 if n_groups <= 8 else 2 if n_groups <= 16 else 3)
+    assert sizes == {0, 1, 2, 3}  # none, one block of byte codes (or cells), two, more
 
 
 def test_ap_from_counts_all_equal_scores_is_positive_rate():
@@ -115,20 +115,16 @@ def test_report_files(rows, tmp_path):
     assert paths["png"].stat().st_size > 10_000
 
 
-def test_ap_by_thresholds_matches_plain_ap_with_ties_and_zeros():
-    from oracles.gap import _ap_by_thresholds
+def test_ap_of_scores_matches_plain_ap_with_ties_and_zeros():
+    from oracles.gap import _ap_of_scores
 
     rng = np.random.default_rng(0)
     for _ in range(300):
-        u, n_zero = int(rng.integers(1, 60)), int(rng.integers(0, 40))
-        scores = rng.choice([1e-14, 0.1, 0.25, 0.5, 0.9], size=u) * rng.integers(1, 3, size=u)
-        labels = rng.random(u) < 0.3
-        zero_labels = rng.random(n_zero) < 0.2
-        n_pos = int(labels.sum() + zero_labels.sum())
-        if n_pos == 0:
+        m = int(rng.integers(1, 80))
+        scores = rng.choice([0.0, 1e-14, 0.1, 0.25, 0.5, 0.9], size=m) * rng.integers(1, 3, size=m)
+        labels = rng.random(m) < 0.3
+        if not labels.any():
+            assert np.isnan(_ap_of_scores(scores, labels))
             continue
-        want = average_precision(
-            np.r_[np.round(scores, 12), np.zeros(n_zero)], np.r_[labels, zero_labels]
-        )
-        got = _ap_by_thresholds(scores, labels, n_zero, n_pos)
-        assert got == pytest.approx(want, abs=1e-12)
+        want = average_precision(np.round(scores, 12), labels)
+        assert _ap_of_scores(scores, labels) == pytest.approx(want, abs=1e-12)
