@@ -1,6 +1,6 @@
 """Benchmark of the gap report: the whole table (nine splits x hard and easy negatives) on a
-built bank, its wall time, where the time goes and peak memory; optionally the four
-prior x likelihood combinations for docs/fidelity.md.
+built bank, its wall time, where the time goes (per row and per stage) and peak memory;
+optionally the four prior x likelihood combinations for docs/fidelity.md.
 
     python benchmarks/bench_gap.py --bank ~/.cache/curi/paper --episodes 20000 \\
         --json docs/results/gap_paper.json [--combos 2000]
@@ -16,7 +16,7 @@ from pathlib import Path
 from _report import machine, peak_rss_gib, write_section
 
 from curi import load_bank
-from oracles.gap import compositionality_gap
+from oracles.gap import STAGES, compositionality_gap
 from oracles.report import markdown_table
 
 
@@ -46,6 +46,17 @@ def main() -> None:
         "|---|---|---|",
     ]
     lines += [f"| {r['split']} | {r['negatives']} | {r['seconds']:.0f} |" for r in rows]
+    stage_s = {k: sum(r["stage_seconds"][k] for r in rows) for k in STAGES}
+    stage_s["set-up (sampler, oracles)"] = job_s - sum(stage_s.values())
+    lines += [
+        "\nWhere the per-row time goes (all rows; ms per episode and row on one core):\n",
+        "| stage | ms | share |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {k} | {v / (len(rows) * args.episodes) * 1e3:.2f} | {v / job_s:.0%} |"
+        for k, v in stage_s.items()
+    ]
     write_section(f"gap-{bank.path.name}", "\n".join(lines))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
