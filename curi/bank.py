@@ -22,7 +22,7 @@ import numpy as np
 
 from curi.bits import num_words, popcount, select_bits, transpose_blocks, unpack_rows
 from curi.concepts import Concept, parse
-from curi.errors import BankError, ConfigError
+from curi.errors import BankError, ConfigError, known_options
 from curi.executor import BitScenes, execute
 from curi.grammar import sample_concepts
 from curi.rejection import REASONS, static_rejection
@@ -72,13 +72,7 @@ class BankConfig:
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> BankConfig:
         """Build from a mapping (e.g. a Hydra node); unknown keys are an error."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(cfg) - fields
-        if unknown:
-            raise ConfigError(
-                f"unknown bank option(s) {sorted(unknown)}; valid options: {sorted(fields)}"
-            )
-        out = cls(**dict(cfg))
+        out = cls(**known_options(cls, cfg, "bank"))
         out.check()
         return out
 
@@ -191,7 +185,7 @@ def _write_transposed(rows: np.ndarray, num_scenes: int, path: Path, progress: b
             f, {"descr": "<u8", "fortran_order": False, "shape": shape}
         )
         for blk in transpose_blocks(rows, num_scenes):
-            f.write(blk.tobytes())  # (<= 4096, ceil(H / 64))
+            f.write(blk.tobytes())  # (<= 64, ceil(H / 64))
             bar.update(-(-len(blk) // 64))
     bar.close()
 

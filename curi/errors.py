@@ -1,7 +1,10 @@
 """The exception hierarchy: every error a user can cause is a `CuriError` with a message that
 says what to fix."""
 
-__all__ = ["CuriError", "ConceptError", "BankError", "SplitError", "ConfigError"]
+import dataclasses
+from collections.abc import Mapping
+
+__all__ = ["CuriError", "ConceptError", "BankError", "SplitError", "ConfigError", "known_options"]
 
 
 class CuriError(Exception):
@@ -22,3 +25,17 @@ class SplitError(CuriError):
 
 class ConfigError(CuriError):
     """A configuration value that is missing or out of range."""
+
+
+def known_options(cls, cfg: Mapping, what: str, error: type[CuriError] = ConfigError) -> dict:
+    """`cfg` as a dict, once every key is known to be a field of the dataclass `cls`: the one
+    check of every config section (bank, split, train, run) against typos.
+
+    Raises:
+        error: naming the unknown keys and the valid ones.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(cfg) - names
+    if unknown:
+        raise error(f"unknown {what} option(s) {sorted(unknown)}; valid: {sorted(names)}")
+    return dict(cfg)

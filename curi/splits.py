@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from curi.concepts import Concept, parse
-from curi.errors import SplitError
+from curi.errors import SplitError, known_options
 from curi.rng import derive_rng
 
 __all__ = ["Split", "SplitSpec", "make_split", "list_splits", "SPLIT_RULES", "PAPER_SPLITS"]
@@ -78,11 +78,7 @@ class SplitSpec:
         Raises:
             SplitError: unknown keys, unknown rule or val policy, missing rule fields.
         """
-        fields = set(cls.__dataclass_fields__)
-        unknown = set(cfg) - fields
-        if unknown:
-            raise SplitError(f"unknown split option(s) {sorted(unknown)}; valid: {sorted(fields)}")
-        d = dict(cfg)
+        d = known_options(cls, cfg, "split", SplitError)
         for k in ("held_out", "held_in", "condition"):
             d[k] = tuple(str(t) for t in d.get(k) or ())
         d["pairs"] = tuple((str(a), str(b)) for a, b in d.get("pairs") or ())

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from curi.bank import BankConfig, build_bank, load_bank
-from curi.errors import ConfigError
+from curi.errors import ConfigError, known_options
 from models.data import (
     encoder_options,
 )
@@ -33,14 +33,6 @@ _RESUMABLE = {
     "steps", "eval_every", "checkpoint_every", "log_every", "num_workers", "val_episodes",
     "eval_chunk", "eval_batch_size",
 }  # fmt: skip
-
-
-def _fields(cls, cfg: Mapping, what: str) -> dict:
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(cfg) - names
-    if unknown:
-        raise ConfigError(f"unknown {what} option(s) {sorted(unknown)}; valid: {sorted(names)}")
-    return dict(cfg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +87,7 @@ class TrainSettings:
         Raises:
             ConfigError: unknown keys or values out of range.
         """
-        out = cls(**_fields(cls, cfg, "train"))
+        out = cls(**known_options(cls, cfg, "train"))
         out.check()
         return out
 
@@ -168,7 +160,7 @@ class RunConfig:
         Raises:
             ConfigError: unknown keys or bad values.
         """
-        d = _fields(cls, cfg, "run")
+        d = known_options(cls, cfg, "run")
         if not isinstance(d.get("train", {}), TrainSettings):
             d["train"] = TrainSettings.from_mapping(d.get("train") or {})
         for k in ("bank", "modality", "pooling"):
