@@ -112,6 +112,7 @@ def test_report_files(rows, tmp_path):
     assert json.loads(paths["json"].read_text())[0]["split"] == rows[0]["split"]
     md = paths["md"].read_text()
     assert "| binding_color | hard |" in md and "mAP gap" in md
+    assert "Beside the paper" in md and "Pearson r" in md  # 3 paper splits with hard negatives
     assert paths["png"].stat().st_size > 10_000
 
 
@@ -128,3 +129,19 @@ def test_ap_of_scores_matches_plain_ap_with_ties_and_zeros():
             continue
         want = average_precision(np.round(scores, 12), labels)
         assert _ap_of_scores(scores, labels) == pytest.approx(want, abs=1e-12)
+
+
+def test_paper_comparison():
+    from oracles.paper import PAPER_GAP, paper_comparison
+
+    rows = []
+    for split, (ms, mw, mg, cs, cw, cg) in PAPER_GAP.items():
+        for neg, shrink in (("hard", 0.0), ("easy", 0.05)):
+            gap = max(mg - shrink, 0.0) if split != "instance_iid" else 0.0
+            rows.append(dict(split=split, negatives=neg, map_strong=ms, map_weak=ms - gap,
+                             map_gap=gap, cba_strong=cs, cba_weak=cw, cba_gap=cg))  # fmt: skip
+    text = paper_comparison(rows)
+    assert "Pearson r 1.00" in text and "mean absolute error strong 0.000" in text
+    assert "gap 0.000" in text and "shrink the mAP gap by 5.0 +- 0.0 points" in text
+    assert text.count("\n| ") == len(PAPER_GAP)  # one row per split
+    assert paper_comparison([dict(rows[0], split="mine")]) == ""
