@@ -1,5 +1,5 @@
 """Shared helpers of the benchmark scripts: the machine's description, medians, peak memory,
-and rewriting one marked section of docs/benchmarks.md."""
+and rewriting one marked section of docs/benchmarks.md (or docs/fidelity.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+FIDELITY = DOC.with_name("fidelity.md")
 
 
 def machine() -> str:
@@ -51,12 +52,12 @@ def peak_rss_gib() -> float:
     return max(own, kids) / 2**20
 
 
-def write_section(name: str, body: str) -> None:
-    """Replace (or append) the section between ``<!-- bench:name -->`` markers."""
-    DOC.parent.mkdir(exist_ok=True)
+def write_section(name: str, body: str, doc: Path = DOC) -> None:
+    """Replace (or append) the section between ``<!-- bench:name -->`` markers of `doc`."""
+    doc.parent.mkdir(exist_ok=True)
     text = (
-        DOC.read_text()
-        if DOC.exists()
+        doc.read_text()
+        if doc.exists()
         else "# Benchmarks\n\nEvery number here is written by a script in `benchmarks/`.\n"
     )
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
@@ -67,5 +68,5 @@ def write_section(name: str, body: str) -> None:
         if pattern.search(text)
         else text.rstrip() + "\n\n" + block + "\n"
     )
-    DOC.write_text(text)
+    doc.write_text(text)
     print(body)
