@@ -1,13 +1,13 @@
 """Writing the gap table: `gap.json` (rows), `gap.md` (a table, and the paper's values beside
 ours for the paper's splits) and `gap.png` (per split, the strong and weak oracles and the gap,
-in the spirit of the paper's Figure 5)."""
+in the spirit of the paper's Figure 5, with the paper's oracles marked for hard negatives)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from oracles.paper import paper_comparison
+from oracles.paper import PAPER_GAP, paper_comparison
 
 __all__ = ["write_report", "markdown_table"]
 
@@ -60,14 +60,20 @@ def _plot(rows: list[dict], path: Path) -> None:
             ax.bar(x - 0.2, strong, 0.4, label="strong oracle", color="#3b75af")
             ax.bar(x + 0.2, weak, 0.4, label="weak oracle", color="#ef8636")
             ax.plot(x, [r[f"{metric}_random"] for r in sub], "k_", ms=14, label="random")
+            ours = [i for i, r in enumerate(sub) if r["split"] in PAPER_GAP]
+            if neg == "hard" and ours:  # the paper's oracles (spec 6) on the paper's splits
+                cols = (0, 1) if metric == "map" else (3, 4)
+                for dx, c, label in ((-0.2, cols[0], "paper"), (0.2, cols[1], None)):
+                    ax.plot(x[ours] + dx, [PAPER_GAP[sub[i]["split"]][c] for i in ours], "D",
+                            ms=5, mfc="white", mec="black", ls="none", label=label)  # fmt: skip
             for xi, s, w in zip(x, strong, weak, strict=True):
                 ax.annotate(f"{s - w:.2f}", (xi, s + 0.02), ha="center", fontsize=8)
             ax.set_xticks(x, [r["split"] for r in sub], rotation=35, ha="right", fontsize=8)
             ax.set_ylim(0, 1.12)
             name = "mAP" if metric == "map" else "class-balanced accuracy"
             ax.set_title(f"{name}, {neg} negatives (numbers: gap)", fontsize=10)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=9, frameon=False)
+    handles, labels = axes[-1, 0].get_legend_handles_labels()  # hard negatives sort last
+    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)
