@@ -122,7 +122,7 @@ def _fidelity(rows: list[dict], bank, episodes: int) -> str:
     """docs/fidelity.md's section: the paper beside us, easy negatives, divergences."""
     lines = [
         f"`{bank.path.name}` bank ({len(bank):,} concepts), {episodes:,} test episodes per row "
-        f"(`benchmarks/bench_gap.py`). Hard negatives, the paper's values in brackets:\n",
+        f"(`benchmarks/bench_gap.py`). Hard negatives, the paper's values in parentheses:\n",
         paper_comparison(rows),
         "| split | easy: mAP strong | mAP weak | mAP gap | CBA gap | D_A | D_C (random split) |",
         "|---|---|---|---|---|---|---|",

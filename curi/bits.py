@@ -85,6 +85,8 @@ def _transpose8_(x: np.ndarray) -> np.ndarray:
     """Transpose, in place, the 8 x 8 bit matrices held in contiguous uint64 words (bit 8 r + c
     -> bit 8 c + r), by three delta swaps (Hacker's Delight, 7-3). In-place passes over
     cache-sized chunks run about 4x faster than allocating a temporary per operation."""
+    if not x.flags.c_contiguous:
+        raise ValueError("_transpose8_ works in place: x must be C-contiguous")
     flat = x.reshape(-1)
     scratch = np.empty(min(_CHUNK, flat.size), np.uint64)
     for a in range(0, flat.size, _CHUNK):
@@ -101,10 +103,12 @@ def _transpose8_(x: np.ndarray) -> np.ndarray:
 
 
 def byte_codes(words: np.ndarray, num_cols: int) -> np.ndarray:
-    """The columns of a packed bit matrix (R rows, ceil(num_cols / 64) words), one byte per
-    block of 8 rows: (ceil(R / 8), num_cols) uint8, bit k of ``out[b, c]`` = row 8 b + k at
-    column c (rows past R read as 0). Scoring a column by per-block byte tables then needs
-    one look-up per block, and no (R, num_cols) boolean matrix is materialised."""
+    """The columns of a packed bit matrix, one byte per block of 8 rows: (ceil(R / 8),
+    num_cols) uint8, bit k of ``out[b, c]`` = row 8 b + k at column c (rows past R read as 0).
+    `words` is (R, ceil(num_cols / 64)) little-endian uint64 words or (R, ceil(num_cols / 8))
+    bytes: either way bit j of byte b is column 8 b + j. Scoring a column by per-block byte
+    tables then needs one look-up per block, and no (R, num_cols) boolean matrix is
+    materialised."""
     a = np.ascontiguousarray(words).view(np.uint8)  # (R, B)
     r8, nb = -(-a.shape[0] // 8), a.shape[1]
     # x[g, b]: the bytes of rows 8g..8g+7 in byte column b, as one word (byte k = row 8g+k);
@@ -117,8 +121,8 @@ def byte_codes(words: np.ndarray, num_cols: int) -> np.ndarray:
 
 
 def transpose_bytes(a: np.ndarray) -> np.ndarray:
-    """Bit-transpose a byte matrix: (R, B) uint8 with R a multiple of 8, little-endian bits
-    (bit j of byte b is column 8 b + j) -> (8 B, R / 8) uint8 in the same layout."""
+    """Bit-transpose a byte matrix: (R, B) uint8, little-endian bits (bit j of byte b is
+    column 8 b + j) -> (8 B, ceil(R / 8)) uint8 in the same layout (rows past R read as 0)."""
     return np.ascontiguousarray(byte_codes(a, 8 * a.shape[1]).T)
 
 

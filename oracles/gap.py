@@ -88,7 +88,7 @@ def ap_from_counts(scores: np.ndarray, n_pos: np.ndarray, n_tot: np.ndarray) -> 
 
 _NIBBLE_BITS = (np.arange(16)[:, None] >> np.arange(4)) & 1  # (16, 4): the bits of each nibble
 _CELL_MAX_GROUPS = 8  # with more groups the cells mostly outgrow _MAX_CELLS (measured)
-_MAX_CELLS = 16  # beyond this many distinct signatures, per-scene signatures are cheaper
+_MAX_CELLS = 16  # beyond this many distinct signatures, scoring every scene is cheaper
 
 
 def _ap_by_cells(reps: np.ndarray, wg: np.ndarray, everything: np.ndarray, label_words):

@@ -25,7 +25,17 @@ PAPER_EASY_SHRINK = (0.055, 0.014)  # easy negatives: mAP gap smaller by 5.5 +- 
 
 
 def _ranks(x: list[float]) -> np.ndarray:
-    return np.argsort(np.argsort(x)).astype(np.float64)
+    """Ranks from 0, ties sharing their average rank."""
+    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts + 1) / 2)[inv]
+
+
+def _correlation(a, b) -> float:
+    """Pearson correlation; NaN when either side is constant or not finite."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()) or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 def _hard_rows(rows: list[dict]) -> dict[str, dict]:
@@ -43,10 +53,11 @@ def agreement(rows: list[dict]) -> dict | None:
         return None
     ours = [r["map_gap"] for r in hard.values()]
     theirs = [PAPER_GAP[s][2] for s in hard]
+    finite = bool(np.isfinite(ours).all())  # ranks of NaN would look like numbers
     out = {
         "splits": len(hard),
-        "pearson": float(np.corrcoef(ours, theirs)[0, 1]),
-        "spearman": float(np.corrcoef(_ranks(ours), _ranks(theirs))[0, 1]),
+        "pearson": _correlation(ours, theirs),
+        "spearman": _correlation(_ranks(ours), _ranks(theirs)) if finite else float("nan"),
     }
     for i, k in enumerate(("strong", "weak", "gap")):
         out[f"mae_{k}"] = float(

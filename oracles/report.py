@@ -60,12 +60,13 @@ def _plot(rows: list[dict], path: Path) -> None:
             ax.bar(x - 0.2, strong, 0.4, label="strong oracle", color="#3b75af")
             ax.bar(x + 0.2, weak, 0.4, label="weak oracle", color="#ef8636")
             ax.plot(x, [r[f"{metric}_random"] for r in sub], "k_", ms=14, label="random")
-            ours = [i for i, r in enumerate(sub) if r["split"] in PAPER_GAP]
-            if neg == "hard" and ours:  # the paper's oracles (spec 6) on the paper's splits
+            in_paper = [i for i, r in enumerate(sub) if r["split"] in PAPER_GAP]
+            if neg == "hard" and in_paper:  # the paper's oracles (spec 6) on its splits
                 cols = (0, 1) if metric == "map" else (3, 4)
                 for dx, c, label in ((-0.2, cols[0], "paper"), (0.2, cols[1], None)):
-                    ax.plot(x[ours] + dx, [PAPER_GAP[sub[i]["split"]][c] for i in ours], "D",
-                            ms=5, mfc="white", mec="black", ls="none", label=label)  # fmt: skip
+                    ys = [PAPER_GAP[sub[i]["split"]][c] for i in in_paper]
+                    ax.plot(x[in_paper] + dx, ys, "D", ms=5, mfc="white", mec="black", ls="none",
+                            label=label)  # fmt: skip
             for xi, s, w in zip(x, strong, weak, strict=True):
                 ax.annotate(f"{s - w:.2f}", (xi, s + 0.02), ha="center", fontsize=8)
             ax.set_xticks(x, [r["split"] for r in sub], rotation=35, ha="right", fontsize=8)
@@ -90,7 +91,11 @@ def write_report(rows: list[dict], out_dir: str | Path, *, meta: dict | None = N
         header += "".join(f"- {k}: {v}\n" for k, v in meta.items()) + "\n"
     beside = paper_comparison(rows)
     if beside:
-        beside = f"\n## Beside the paper (hard negatives, its values in brackets)\n\n{beside}"
+        beside = (
+            "\n## Beside the paper (hard negatives, its values in parentheses)\n\n"
+            "The paper's values belong to its own splits and bank: a split of yours that reuses "
+            "one of their names is compared all the same.\n\n" + beside
+        )
     paths["md"].write_text(header + markdown_table(rows) + beside)
     _plot(rows, paths["png"])
     return paths

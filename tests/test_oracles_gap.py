@@ -135,7 +135,7 @@ def test_paper_comparison():
     from oracles.paper import PAPER_GAP, paper_comparison
 
     rows = []
-    for split, (ms, mw, mg, cs, cw, cg) in PAPER_GAP.items():
+    for split, (ms, _, mg, cs, cw, cg) in PAPER_GAP.items():
         for neg, shrink in (("hard", 0.0), ("easy", 0.05)):
             gap = max(mg - shrink, 0.0) if split != "instance_iid" else 0.0
             rows.append(dict(split=split, negatives=neg, map_strong=ms, map_weak=ms - gap,
@@ -145,3 +145,16 @@ def test_paper_comparison():
     assert "gap 0.000" in text and "shrink the mAP gap by 5.0 +- 0.0 points" in text
     assert text.count("\n| ") == len(PAPER_GAP)  # one row per split
     assert paper_comparison([dict(rows[0], split="mine")]) == ""
+
+
+def test_paper_agreement_with_ties_and_nan():
+    from oracles.paper import _ranks, agreement
+
+    np.testing.assert_array_equal(_ranks([0.5, 0.2, 0.5, 0.9]), [1.5, 0, 1.5, 3])
+    tied = [dict(split=s, negatives="hard", map_strong=0.9, map_weak=0.4, map_gap=0.5)
+            for s in ("counting", "boolean", "intrinsic")]  # fmt: skip
+    a = agreement(tied)
+    assert np.isnan(a["pearson"]) and np.isnan(a["spearman"])  # no variance: undefined
+    tied[0]["map_gap"] = float("nan")
+    assert np.isnan(agreement(tied)["spearman"])
+    assert agreement(tied[:2]) is None
