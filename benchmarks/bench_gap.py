@@ -19,9 +19,9 @@ from pathlib import Path
 from _report import FIDELITY, machine, peak_rss_gib, write_section
 
 from curi import load_bank
-from oracles.gap import STAGES, compositionality_gap
-from oracles.paper import PAPER_GAP, agreement, paper_comparison
-from oracles.report import markdown_table
+from curi.oracles.gap import STAGES, compositionality_gap
+from curi.oracles.paper import PAPER_GAP, agreement, paper_comparison
+from curi.oracles.report import markdown_table
 
 
 def main() -> None:

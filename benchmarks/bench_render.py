@@ -18,8 +18,8 @@ import time
 import torch
 from _report import machine, write_section
 
+from curi.renderers import get_renderer
 from curi.scenes import sample_scenes
-from renderers import get_renderer
 
 
 def _time(fn, repeats: int, sync=lambda: None) -> tuple[float, float]:

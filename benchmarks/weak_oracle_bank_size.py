@@ -14,9 +14,9 @@ import numpy as np
 from _report import FIDELITY, write_section
 
 from curi import load_bank
+from curi.oracles.gap import compositionality_gap
+from curi.oracles.paper import PAPER_GAP
 from curi.splits import PAPER_SPLITS, Split, make_split
-from oracles.gap import compositionality_gap
-from oracles.paper import PAPER_GAP
 
 PAPER_BANK_CONCEPTS = 14_929  # spec 2
 

@@ -9,7 +9,7 @@ from curi.episodes import Episode, EpisodeSampler  # noqa: E402
 from curi.errors import BankError, ConceptError, ConfigError, CuriError, SplitError  # noqa: E402
 from curi.executor import evaluate  # noqa: E402
 from curi.grammar import sample_concepts  # noqa: E402
-from curi.splits import Split, make_split  # noqa: E402
+from curi.splits import Split, list_splits, make_split  # noqa: E402
 
 __all__ = [
     "BankConfig",
@@ -25,6 +25,7 @@ __all__ = [
     "SplitError",
     "build_bank",
     "evaluate",
+    "list_splits",
     "load_bank",
     "make_split",
     "parse",

@@ -25,6 +25,7 @@ from curi.concepts import Concept, parse
 from curi.errors import BankError, ConfigError, known_options
 from curi.executor import BitScenes, execute
 from curi.grammar import sample_concepts
+from curi.presets import load_preset
 from curi.rejection import REASONS, static_rejection
 from curi.rng import derive_rng
 from curi.scenes import Camera, Scenes, sample_scenes
@@ -75,6 +76,16 @@ class BankConfig:
         out = cls(**known_options(cls, cfg, "bank"))
         out.check()
         return out
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> BankConfig:
+        """A bank preset by name (``tiny``, ``default``, ``paper``: the files of `conf/bank`),
+        with any field overridden, e.g. ``BankConfig.preset("tiny", workers=1)``.
+
+        Raises:
+            ConfigError: an unknown preset (the message lists the known ones) or field.
+        """
+        return cls.from_mapping({**load_preset("bank", name), **overrides})
 
     def check(self) -> None:
         """Raise ConfigError for values out of range."""
@@ -199,7 +210,7 @@ def _sha256(path: Path) -> str:
 
 
 def build_bank(
-    cfg: BankConfig | Mapping,
+    cfg: BankConfig | Mapping | str,
     data_dir: str | Path | None = None,
     *,
     progress: bool = True,
@@ -212,7 +223,8 @@ def build_bank(
     that loads, and the next build starts cleanly.
 
     Args:
-        cfg: a `BankConfig` or a mapping of its fields.
+        cfg: a `BankConfig`, a mapping of its fields, or a preset name (``"tiny"``,
+            ``"default"``, ``"paper"``; see `BankConfig.preset`).
         data_dir: the data directory (default: `default_data_dir()`).
         progress: show progress bars.
         force: rebuild even if a bank is already there.
@@ -224,7 +236,10 @@ def build_bank(
         ConfigError: a bad option.
         BankError: a different bank already occupies the directory (and not `force`).
     """
-    cfg = cfg if isinstance(cfg, BankConfig) else BankConfig.from_mapping(cfg)
+    if isinstance(cfg, str):
+        cfg = BankConfig.preset(cfg)
+    elif not isinstance(cfg, BankConfig):
+        cfg = BankConfig.from_mapping(cfg)
     cfg.check()
     root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     final = root / cfg.name

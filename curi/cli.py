@@ -1,27 +1,20 @@
 """The `curi` command: `curi <subcommand> [key=value ...]`. Each subcommand is a Hydra app whose
-primary config is `conf/<subcommand>.yaml`; subcommands are found through the `curi.commands`
-entry points, so the core never imports the layers above it."""
+primary config is `<subcommand>.yaml` of the installed configuration package (`pkg://curi.conf`,
+the repository's `conf/`); subcommands are found through the `curi.commands` entry points, so
+the core never imports the layers above it."""
 
 from __future__ import annotations
 
 import logging
 import sys
 from importlib.metadata import entry_points
-from pathlib import Path
 
 from curi.errors import CuriError
+from curi.presets import CONF_PACKAGE, conf_dir
 
-__all__ = ["main", "conf_dir"]
+__all__ = ["main"]
 
 log = logging.getLogger("curi")
-
-
-def conf_dir() -> Path:
-    """The repository's `conf/` folder (the package is installed editable, as the README says)."""
-    path = Path(__file__).resolve().parent.parent / "conf"
-    if not path.is_dir():
-        raise CuriError(f"config folder not found at {path}; install curi with `pip install -e .`")
-    return path
 
 
 def _commands() -> dict:
@@ -63,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     fn = commands[name].load()
     try:
-        config_path = str(conf_dir())
+        conf_dir()  # a broken install fails here with one message, not inside Hydra
     except CuriError as e:
         print(f"curi: error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -72,8 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     def task(cfg) -> None:
         _run(name, fn, cfg)
 
-    config_name = name.replace(".", "_")  # `episodes.render` -> conf/episodes_render.yaml
-    app = hydra.main(config_path=config_path, config_name=config_name, version_base="1.3")(task)
+    config_name = name.replace(".", "_")  # `episodes.render` -> episodes_render.yaml
+    app = hydra.main(
+        config_path=f"pkg://{CONF_PACKAGE}", config_name=config_name, version_base="1.3"
+    )(task)
     # the job name names the run's log file (<command>.log beside .hydra/)
     sys.argv = [f"curi {name.replace('.', ' ')}", *rest, f"hydra.job.name={config_name}"]
     app()

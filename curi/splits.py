@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from curi.concepts import Concept, parse
-from curi.errors import SplitError, known_options
+from curi.errors import ConfigError, SplitError, known_options
+from curi.presets import list_presets, load_preset
 from curi.rng import derive_rng
 
 __all__ = ["Split", "SplitSpec", "make_split", "list_splits", "SPLIT_RULES", "PAPER_SPLITS"]
@@ -125,28 +125,16 @@ class Split:
         return {k: len(getattr(self, k)) for k in ("train", "val", "test", "dropped")}
 
 
-def split_dir() -> Path:
-    """The folder of split configs (`conf/split`)."""
-    from curi.cli import conf_dir
-
-    return conf_dir() / "split"
-
-
 def list_splits() -> list[str]:
-    """Names of the split configs in `conf/split`."""
-    return sorted(p.stem for p in split_dir().glob("*.yaml"))
+    """Names of the split presets (the files of `conf/split`, shipped in the package)."""
+    return list_presets("split")
 
 
 def _load_named(name: str) -> SplitSpec:
-    import yaml
-
-    path = split_dir() / f"{name}.yaml"
-    if not path.is_file():
-        raise SplitError(f"unknown split {name!r}; known: {list_splits()}")
     try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise SplitError(f"split config {path} is not valid YAML: {e}") from None
+        cfg = load_preset("split", name)
+    except ConfigError as e:
+        raise SplitError(str(e)) from None
     return SplitSpec.from_mapping(cfg)
 
 

@@ -2,9 +2,9 @@
 prototypical head and the concept decoder, each found by name through a small registry; the
 episode Dataset that renders a modality, training and evaluation."""
 
-from models.checkpoint import load_checkpoint
-from models.config import RunConfig, TrainSettings, build_model, resolve_device
-from models.data import (
+from curi.models.checkpoint import load_checkpoint
+from curi.models.config import RunConfig, TrainSettings, build_model, resolve_device
+from curi.models.data import (
     EpisodeDataset,
     EvalSceneDataset,
     StepBatchSampler,
@@ -13,8 +13,8 @@ from models.data import (
     encoder_options,
     make_renderer,
 )
-from models.decoder import SPECIALS, ConceptDecoder, ConceptTokenizer
-from models.encoders import (
+from curi.models.decoder import SPECIALS, ConceptDecoder, ConceptTokenizer
+from curi.models.encoders import (
     EncodedObjects,
     Encoder,
     ImageEncoder,
@@ -24,8 +24,8 @@ from models.encoders import (
     list_encoders,
     register_encoder,
 )
-from models.evaluate import evaluate_checkpoint, evaluate_episodes, write_metrics
-from models.poolers import (
+from curi.models.evaluate import evaluate_checkpoint, evaluate_episodes, write_metrics
+from curi.models.poolers import (
     AvgPooler,
     ConcatPooler,
     Pooler,
@@ -35,7 +35,7 @@ from models.poolers import (
     list_poolers,
     register_pooler,
 )
-from models.protonet import (
+from curi.models.protonet import (
     ProtoNet,
     ProtoOutput,
     build_protonet,

@@ -1,5 +1,5 @@
 """Thin entry points of `curi train` and `curi eval`: composed Hydra config -> plain library
-calls (`models.train.train`, `models.evaluate.evaluate_checkpoint`)."""
+calls (`curi.models.train.train`, `curi.models.evaluate.evaluate_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi.errors import ConfigError
-from models.config import RunConfig
-from models.evaluate import evaluate_checkpoint, write_metrics
-from models.train import train as train_run
+from curi.models.config import RunConfig
+from curi.models.evaluate import evaluate_checkpoint, write_metrics
+from curi.models.train import train as train_run
 
 __all__ = ["train", "evaluate"]
 

@@ -12,11 +12,11 @@ import torch
 
 from curi.bank import BankConfig, build_bank, load_bank
 from curi.errors import ConfigError, known_options
-from models.data import (
+from curi.models.data import (
     encoder_options,
 )
-from models.protonet import ProtoNet, build_protonet
-from renderers import Renderer
+from curi.models.protonet import ProtoNet, build_protonet
+from curi.renderers import Renderer
 
 __all__ = [
     "RunConfig",

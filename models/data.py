@@ -15,9 +15,9 @@ from torch.utils.data import Dataset, Sampler
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
+from curi.models.decoder import ConceptTokenizer
+from curi.renderers import Renderer, get_renderer
 from curi.rng import derive_rng
-from models.decoder import ConceptTokenizer
-from renderers import Renderer, get_renderer
 
 __all__ = [
     "EpisodeDataset",
@@ -285,7 +285,7 @@ def eval_labels(rows: np.ndarray, concepts: np.ndarray, num_scenes: int) -> np.n
 
     Args:
         rows: (H, ceil(M / 64)) packed concept-major rows over the evaluation scenes
-            (`oracles.gap.EvalSet.rows`).
+            (`curi.oracles.gap.EvalSet.rows`).
         concepts: (B,) concept indices.
         num_scenes: M, the size of the evaluation set.
     """

@@ -20,7 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
-from models.data import (
+from curi.models.data import (
     EpisodeDataset,
     EvalSceneDataset,
     collate_episodes,
@@ -28,9 +28,9 @@ from models.data import (
     make_renderer,
     renders_on_cuda,
 )
-from models.protonet import ProtoNet
-from oracles.gap import EvalSet, score_split
-from oracles.metrics import (
+from curi.models.protonet import ProtoNet
+from curi.oracles.gap import EvalSet, score_split
+from curi.oracles.metrics import (
     average_precision_batch,
     class_balanced_accuracy_batch,
     pooled_class_balanced_accuracy,
@@ -216,11 +216,11 @@ def evaluate_checkpoint(
     likelihood: str = "size_principle",
     progress: bool = False,
 ) -> dict:
-    """Evaluate a checkpoint of `models.train.train` on `episodes` episodes of a subset.
+    """Evaluate a checkpoint of `curi.models.train.train` on `episodes` episodes of a subset.
 
     The model, bank, split and negatives are rebuilt from the config stored in the checkpoint
     (split and negatives may be overridden). With `oracles`, the strong / weak / random oracles
-    are scored on exactly the same episodes (`oracles.gap.score_split`: the ``test`` subset,
+    are scored on exactly the same episodes (`curi.oracles.gap.score_split`: the ``test`` subset,
     same seed and count).
 
     Args:
@@ -238,7 +238,7 @@ def evaluate_checkpoint(
         num_workers: DataLoader workers that render episodes.
         chunk: evaluation-set scenes rendered and embedded at once.
         oracles: also score the oracles (test subset only).
-        prior, likelihood: the oracles' options (see `oracles.posterior.Oracle`).
+        prior, likelihood: the oracles' options (see `curi.oracles.posterior.Oracle`).
         progress: show progress bars.
 
     Returns:
@@ -249,9 +249,9 @@ def evaluate_checkpoint(
     Raises:
         ConfigError: missing or unreadable checkpoint, bad options, or CUDA asked for but absent.
     """
+    from curi.models.checkpoint import load_checkpoint
+    from curi.models.config import RunConfig, build_model, open_bank, resolve_device
     from curi.splits import make_split
-    from models.checkpoint import load_checkpoint
-    from models.config import RunConfig, build_model, open_bank, resolve_device
 
     ckpt, path = load_checkpoint(checkpoint)
     run = RunConfig.from_mapping(ckpt["config"])

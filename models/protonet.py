@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from curi.errors import ConfigError
-from models.decoder import ConceptDecoder, ConceptTokenizer
-from models.encoders import Encoder, get_encoder
-from models.poolers import Pooler, get_pooler
+from curi.models.decoder import ConceptDecoder, ConceptTokenizer
+from curi.models.encoders import Encoder, get_encoder
+from curi.models.poolers import Pooler, get_pooler
 
 __all__ = [
     "ProtoOutput",
@@ -78,8 +78,8 @@ class ProtoNet(nn.Module):
     """Prototypical network over an encoder and a pooler, with an optional concept decoder.
 
     Args:
-        encoder: scenes -> objects (see `models.encoders.Encoder`).
-        pooler: objects -> (N, E) scene embeddings (see `models.poolers.Pooler`).
+        encoder: scenes -> objects (see `curi.models.encoders.Encoder`).
+        pooler: objects -> (N, E) scene embeddings (see `curi.models.poolers.Pooler`).
         decoder: concept decoder conditioned on ``[c-, c+]``; needed when alpha > 0.
         alpha: weight of the concept loss.
 

@@ -1,7 +1,7 @@
 """Training of the prototypical-network baselines (spec section 8, paper Appendix E): Adam with
 the modality's learning rate, AMP on CUDA, gradient clipping, checkpoints that hold the config
 that made them, exact resume, validation mAP / CBA with the best checkpoint kept, and DDP under
-``torchrun``. Plain arguments only: the command line lives in `models.cli`."""
+``torchrun``. Plain arguments only: the command line lives in `curi.models.cli`."""
 
 from __future__ import annotations
 
@@ -18,17 +18,15 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from curi.episodes import EpisodeSampler
-from curi.rng import derive_rng
-from curi.splits import make_split
-from models.checkpoint import (
+from curi.models.checkpoint import (
     CHECKPOINT_FORMAT,
     MetricLogger,
     link_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from models.config import RunConfig, build_model, check_resumable, open_bank, resolve_device
-from models.data import (
+from curi.models.config import RunConfig, build_model, check_resumable, open_bank, resolve_device
+from curi.models.data import (
     EpisodeDataset,
     StepBatchSampler,
     collate_episodes,
@@ -36,8 +34,10 @@ from models.data import (
     make_renderer,
     renders_on_cuda,
 )
-from models.evaluate import autocast, evaluate_episodes, to_device
-from oracles.gap import EvalSet
+from curi.models.evaluate import autocast, evaluate_episodes, to_device
+from curi.oracles.gap import EvalSet
+from curi.rng import derive_rng
+from curi.splits import make_split
 
 __all__ = ["train"]
 

@@ -1,7 +1,7 @@
 """Oracles, metrics and split measures of CURI (spec section 6, DIVERGENCE.md): average
 precision and class-balanced accuracy, and DBCA atom / compound divergences."""
 
-from oracles.divergence import (
+from curi.oracles.divergence import (
     DivergenceIndex,
     Divergences,
     atom_distribution,
@@ -13,7 +13,8 @@ from oracles.divergence import (
     compound_divergence,
     compounds,
 )
-from oracles.metrics import (
+from curi.oracles.gap import compositionality_gap
+from curi.oracles.metrics import (
     average_precision,
     average_precision_batch,
     class_balanced_accuracy,
@@ -34,6 +35,7 @@ __all__ = [
     "class_balanced_accuracy",
     "class_balanced_accuracy_batch",
     "compound_distribution",
+    "compositionality_gap",
     "compound_divergence",
     "compounds",
     "pooled_class_balanced_accuracy",

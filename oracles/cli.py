@@ -7,8 +7,8 @@ import logging
 from omegaconf import DictConfig, OmegaConf
 
 from curi.commands import open_bank_from_config
-from oracles.gap import compositionality_gap
-from oracles.report import markdown_table, write_report
+from curi.oracles.gap import compositionality_gap
+from curi.oracles.report import markdown_table, write_report
 
 __all__ = ["gap"]
 

@@ -15,9 +15,9 @@ import numpy as np
 
 from curi.bits import byte_codes, pack_rows, transpose_blocks, unpack_rows
 from curi.episodes import EpisodeSampler
+from curi.oracles.posterior import Oracle, predictive_on
 from curi.rng import derive_rng
 from curi.splits import PAPER_SPLITS, Split, make_split
-from oracles.posterior import Oracle, predictive_on
 
 __all__ = ["EvalSet", "compositionality_gap", "ap_from_counts", "ROW_KEYS"]
 
@@ -338,7 +338,7 @@ def _collect(results, total: int, progress: bool) -> list[dict]:
 
 
 def _add_divergences(bank, splits: dict, rows: list[dict], seed: int) -> None:
-    from oracles.divergence import DivergenceIndex
+    from curi.oracles.divergence import DivergenceIndex
 
     index = DivergenceIndex(bank.concepts)
     cache = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oracles.paper import PAPER_GAP, paper_comparison
+from curi.oracles.paper import PAPER_GAP, paper_comparison
 
 __all__ = ["write_report", "markdown_table"]
 

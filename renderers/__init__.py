@@ -3,10 +3,10 @@ by name through a small registry (spec section 7). Depends on curi's scene model
 
 from __future__ import annotations
 
-from renderers.base import Packed, Rendered, Renderer, pack_records
-from renderers.image import ImageRenderer
-from renderers.schema import SCHEMA_DIM, SchemaRenderer
-from renderers.sound import SoundRenderer
+from curi.renderers.base import Packed, Rendered, Renderer, pack_records
+from curi.renderers.image import ImageRenderer
+from curi.renderers.schema import SCHEMA_DIM, SchemaRenderer
+from curi.renderers.sound import SoundRenderer
 
 __all__ = [
     "SCHEMA_DIM",

@@ -10,10 +10,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from curi.commands import open_bank_from_config
 from curi.errors import ConfigError
-from renderers import get_renderer
-from renderers.rerender import render_episode_file
-from renderers.sheet import write_episode_page
-from renderers.viewer import write_scene_page
+from curi.renderers import get_renderer
+from curi.renderers.rerender import render_episode_file
+from curi.renderers.sheet import write_episode_page
+from curi.renderers.viewer import write_scene_page
 
 __all__ = ["render_episodes", "show"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from curi.renderers.base import Packed, Rendered, Renderer, pack_records
 from curi.scenes import COLOR_RGB, COLORS, RADII, SHAPES, Camera
-from renderers.base import Packed, Rendered, Renderer, pack_records
 
 __all__ = ["ImageRenderer", "render_images", "save_png"]
 

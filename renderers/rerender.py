@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from curi.export import EpisodeFileError, count_episodes, read_episode_file
-from renderers.base import Renderer
-from renderers.image import ImageRenderer, save_png
-from renderers.sound import SoundRenderer, save_wav, spectrogram
+from curi.renderers.base import Renderer
+from curi.renderers.image import ImageRenderer, save_png
+from curi.renderers.sound import SoundRenderer, save_wav, spectrogram
 
 __all__ = ["render_episode_file"]
 
@@ -78,7 +78,7 @@ def render_episode_file(
             ``query_labels``, ``support_ids``, ``query_ids``, ``concept_text`` (and the masks
             of per-object modalities); with `files`, ``episode_<k>/support_<NN>.png`` (image)
             or ``.wav`` (sound) per scene.
-        renderer: the modality's renderer (`renderers.get_renderer`).
+        renderer: the modality's renderer (`curi.renderers.get_renderer`).
         files: also write the per-scene PNG / WAV files.
         limit: render only the first `limit` episodes.
         progress: show a progress bar.

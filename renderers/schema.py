@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from curi.renderers.base import Packed, Rendered, Renderer, pack_records
 from curi.scenes import COLORS, MATERIALS, MAX_OBJECTS, SHAPES, SIZES, Camera
-from renderers.base import Packed, Rendered, Renderer, pack_records
 
 __all__ = ["SCHEMA_DIM", "FEATURES", "SchemaRenderer", "encode"]
 

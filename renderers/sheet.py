@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from renderers.image import ImageRenderer, save_png
-from renderers.sound import SoundRenderer, save_wav, spectrogram
+from curi.renderers.image import ImageRenderer, save_png
+from curi.renderers.sound import SoundRenderer, save_wav, spectrogram
 
 __all__ = ["POSITIVE_RGB", "NEGATIVE_RGB", "draw_sheet", "sheet_size", "write_episode_page"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from curi.renderers.base import Rendered, Renderer, pack_records
 from curi.scenes import COLORS, SHAPES
-from renderers.base import Rendered, Renderer, pack_records
 
 __all__ = [
     "INSTRUMENTS",

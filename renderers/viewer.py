@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from renderers.image import ImageRenderer, save_png
-from renderers.sound import INSTRUMENTS, SCALE_MIDI, SoundRenderer, save_wav, spectrogram
+from curi.renderers.image import ImageRenderer, save_png
+from curi.renderers.sound import INSTRUMENTS, SCALE_MIDI, SoundRenderer, save_wav, spectrogram
 
 __all__ = ["write_scene_page"]
 

@@ -12,8 +12,7 @@ import torch
 
 import curi
 from curi.errors import ConfigError
-from curi.scenes import Scenes, sample_scenes
-from models import (
+from curi.models import (
     ConceptDecoder,
     ConceptTokenizer,
     ProtoNet,
@@ -25,6 +24,7 @@ from models import (
     list_encoders,
     list_poolers,
 )
+from curi.scenes import Scenes, sample_scenes
 
 # Small configurations so the whole module runs in seconds on one CPU core.
 SMALL = {

@@ -12,13 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from torch.utils.data import DataLoader
 
 import curi
-from curi.cli import conf_dir
 from curi.errors import ConfigError
-from models import (
+from curi.models import (
     ConceptTokenizer,
     EpisodeDataset,
     EvalSceneDataset,
@@ -32,9 +31,9 @@ from models import (
     make_renderer,
     resolve_device,
 )
-from models import cli as models_cli
-from models.train import train
-from oracles.metrics import average_precision, class_balanced_accuracy
+from curi.models import cli as models_cli
+from curi.models.train import train
+from curi.oracles.metrics import average_precision, class_balanced_accuracy
 
 SCHEMA = {"name": "schema"}
 
@@ -49,7 +48,7 @@ def _one_thread():
 
 
 def _compose(name: str, overrides: list[str]):
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+    with initialize_config_module(config_module="curi.conf", version_base="1.3"):
         return compose(config_name=name, overrides=overrides)
 
 

@@ -1,4 +1,4 @@
-"""Tests of oracles.divergence: canonical trees, atoms and compounds by hand, DBCA divergences
+"""Tests of curi.oracles.divergence: canonical trees, atoms and compounds by hand, DBCA divergences
 on hand-computed examples, and the fast index against the plain reference functions."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from curi import ConceptError, parse, sample_concepts
-from curi.rng import derive_rng
-from oracles.divergence import (
+from curi.oracles.divergence import (
     DivergenceIndex,
     atom_distribution,
     atom_divergence,
@@ -21,6 +20,7 @@ from oracles.divergence import (
     compound_divergence,
     compounds,
 )
+from curi.rng import derive_rng
 
 RED = "x color? red = lambda S. exists="  # 7 tokens
 CUBE = "x shape? cube = lambda S. exists="  # 7 tokens

@@ -7,8 +7,7 @@ import pytest
 
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
-from curi.splits import make_split
-from oracles.gap import (
+from curi.oracles.gap import (
     ROW_KEYS,
     EvalSet,
     _oracle_ap,
@@ -16,9 +15,10 @@ from oracles.gap import (
     ap_from_counts,
     compositionality_gap,
 )
-from oracles.metrics import average_precision
-from oracles.posterior import Oracle
-from oracles.report import write_report
+from curi.oracles.metrics import average_precision
+from curi.oracles.posterior import Oracle
+from curi.oracles.report import write_report
+from curi.splits import make_split
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_eval_set_rows_are_the_truth_on_eval_scenes(tiny_bank, evalset):
 
 @pytest.mark.parametrize("max_cells", [64, 0])  # 0: per-scene scores only
 def test_grouped_ap_equals_plain_ap(tiny_bank, evalset, monkeypatch, max_cells):
-    import oracles.gap as gap_mod
+    from curi.oracles import gap as gap_mod
 
     monkeypatch.setattr(gap_mod, "_MAX_CELLS", max_cells)
     m = len(evalset)
@@ -117,7 +117,7 @@ def test_report_files(rows, tmp_path):
 
 
 def test_ap_of_scores_matches_plain_ap_with_ties_and_zeros():
-    from oracles.gap import _ap_of_scores
+    from curi.oracles.gap import _ap_of_scores
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -132,7 +132,7 @@ def test_ap_of_scores_matches_plain_ap_with_ties_and_zeros():
 
 
 def test_paper_comparison():
-    from oracles.paper import PAPER_GAP, paper_comparison
+    from curi.oracles.paper import PAPER_GAP, paper_comparison
 
     rows = []
     for split, (ms, _, mg, cs, cw, cg) in PAPER_GAP.items():
@@ -148,7 +148,7 @@ def test_paper_comparison():
 
 
 def test_paper_agreement_with_ties_and_nan():
-    from oracles.paper import _ranks, agreement
+    from curi.oracles.paper import _ranks, agreement
 
     np.testing.assert_array_equal(_ranks([0.5, 0.2, 0.5, 0.9]), [1.5, 0, 1.5, 3])
     tied = [dict(split=s, negatives="hard", map_strong=0.9, map_weak=0.4, map_gap=0.5)

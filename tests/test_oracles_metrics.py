@@ -1,5 +1,5 @@
-"""Tests of oracles.metrics: AP against a brute-force enumeration of thresholds (ties included),
-class-balanced accuracy per episode and pooled, batched against per-row."""
+"""Tests of curi.oracles.metrics: AP against a brute-force enumeration of thresholds (ties
+included), class-balanced accuracy per episode and pooled, batched against per-row."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oracles.metrics import (
+from curi.oracles.metrics import (
     average_precision,
     average_precision_batch,
     class_balanced_accuracy,

@@ -7,8 +7,8 @@ import pytest
 
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
+from curi.oracles.posterior import Oracle, posterior_predictive
 from curi.splits import make_split
-from oracles.posterior import Oracle, posterior_predictive
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
 """The renderer contract, checked for every registered renderer: shape, dtype, range, mask,
-determinism, batch independence and errors (see `renderers.base.Renderer`)."""
+determinism, batch independence and errors (see `curi.renderers.base.Renderer`)."""
 
 import pytest
 import torch
 
-import renderers
+from curi import renderers
+from curi.renderers.base import Rendered, Renderer
 from curi.scenes import sample_scenes
-from renderers.base import Rendered, Renderer
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,18 @@ from scipy import ndimage
 
 from curi import EpisodeSampler, make_split
 from curi.export import EpisodeFileError, export_episodes
-from renderers import get_renderer
-from renderers.image import ImageRenderer
-from renderers.rerender import render_episode_file
-from renderers.schema import encode
-from renderers.sheet import NEGATIVE_RGB, POSITIVE_RGB, draw_sheet, sheet_size, write_episode_page
-from renderers.sound import SoundRenderer
+from curi.renderers import get_renderer
+from curi.renderers.image import ImageRenderer
+from curi.renderers.rerender import render_episode_file
+from curi.renderers.schema import encode
+from curi.renderers.sheet import (
+    NEGATIVE_RGB,
+    POSITIVE_RGB,
+    draw_sheet,
+    sheet_size,
+    write_episode_page,
+)
+from curi.renderers.sound import SoundRenderer
 
 BLUE = (0, 0, 255)
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from curi.renderers.base import make_object
+from curi.renderers.image import ImageRenderer, render_images, save_png
 from curi.scenes import COLOR_RGB, COLORS, Camera, sample_scenes
-from renderers.base import make_object
-from renderers.image import ImageRenderer, render_images, save_png
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from curi.renderers import SCHEMA_DIM, get_renderer
+from curi.renderers.base import make_object
+from curi.renderers.schema import FEATURES, encode
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES, Camera, sample_scenes
-from renderers import SCHEMA_DIM, get_renderer
-from renderers.base import make_object
-from renderers.schema import FEATURES, encode
 
 
 @pytest.fixture(scope="module")

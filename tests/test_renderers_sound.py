@@ -8,8 +8,7 @@ import wave
 import numpy as np
 import pytest
 
-from curi.scenes import COLORS
-from renderers.sound import (
+from curi.renderers.sound import (
     SCALE_MIDI,
     SoundConfig,
     SoundRenderer,
@@ -17,6 +16,7 @@ from renderers.sound import (
     spectrogram,
     synthesize,
 )
+from curi.scenes import COLORS
 
 CFG = SoundConfig()
 SR = CFG.sample_rate

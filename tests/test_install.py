@@ -1,0 +1,162 @@
+"""The install a user does: a wheel built from the checkout, installed into a fresh environment
+(the test environment's dependencies reused through system site-packages), run from a folder
+outside the checkout. Checks that the configuration ships inside the wheel, that no generic
+top-level package (``models``, ``oracles``, ``renderers``) is installed, and that the commands
+and the README's Python example work there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 600):
+    out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, f"{args} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def _source_copy(dest: Path) -> Path:
+    """The checkout's files (tracked, and untracked ones git does not ignore) copied to `dest`,
+    so no stale `build/` folder of an earlier build leaks into the wheel."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    source = _source_copy(tmp_path_factory.mktemp("source"))
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        cwd=dist,
+    )
+    (path,) = dist.glob("curi-*.whl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """The `bin` folder of a fresh virtual environment with the wheel installed."""
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.create(env_dir, system_site_packages=True, with_pip=True)
+    bin_dir = env_dir / "bin"
+    _run(
+        [str(bin_dir / "pip"), "install", "--no-deps", "--no-index", "-q", str(wheel)], cwd=env_dir
+    )
+    return bin_dir
+
+
+def test_wheel_ships_config_and_no_generic_top_level_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.startswith("curi-")}
+    assert top == {"curi"}, top
+    for needed in (
+        "curi/conf/gap.yaml",
+        "curi/conf/split/binding_color.yaml",
+        "curi/conf/bank/tiny.yaml",
+        "curi/models/train.py",
+        "curi/oracles/gap.py",
+        "curi/renderers/image.py",
+    ):
+        assert needed in names, needed
+    sources = {n for n in names if n.endswith(".py")}
+    for folder, package in (
+        ("curi", "curi"),
+        ("models", "curi/models"),
+        ("oracles", "curi/oracles"),
+        ("renderers", "curi/renderers"),
+    ):
+        for path in (REPO / folder).rglob("*.py"):
+            rel = path.relative_to(REPO / folder).as_posix()
+            assert f"{package}/{rel}" in sources, f"{folder}/{rel} is not in the wheel"
+
+
+def test_installed_wheel_runs_outside_the_checkout(installed, tiny_bank_dir, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["CURI_DATA_DIR"] = str(tiny_bank_dir.parent)
+    work = tmp_path / "project"
+    (work / "models").mkdir(parents=True)  # a user's own `models` package must not shadow ours
+    (work / "models" / "__init__.py").write_text("USER_MODELS = True\n")
+    python, curi = str(installed / "python"), str(installed / "curi")
+
+    where = _run([python, "-c", "import curi; print(curi.__file__)"], cwd=work, env=env)
+    assert Path(where.stdout.strip()).is_relative_to(installed.parent), where.stdout
+
+    out = _run([curi, "bank", "bank=tiny", "progress=false"], cwd=work, env=env)
+    assert '"concepts"' in out.stdout
+    out = _run(
+        [curi, "split", "bank=tiny", "split=binding_color", "progress=false"], cwd=work, env=env
+    )
+    assert '"split": "binding_color"' in out.stdout
+    gap_dir = tmp_path / "gap"
+    _run(
+        [
+            curi,
+            "gap",
+            "bank=tiny",
+            "splits=[binding_color]",
+            "negatives=[hard]",
+            "episodes.test=40",
+            "workers=1",
+            "progress=false",
+            f"output_dir={gap_dir}",
+        ],
+        cwd=work,
+        env=env,
+    )
+    assert (gap_dir / "gap.md").is_file()
+
+    example = textwrap.dedent(
+        f"""
+        import models
+        assert models.USER_MODELS  # the user's package, not curi's
+        import curi
+        from curi.oracles import compositionality_gap
+        from curi.models import ProtoNet  # noqa: F401
+
+        bank = curi.load_bank({str(tiny_bank_dir)!r})
+        split = curi.make_split(bank, "binding_color")
+        assert len(split.test) > 0
+        assert "binding_color" in curi.list_splits()
+        assert curi.BankConfig.preset("tiny").num_scenes == bank.num_scenes
+        episode = curi.EpisodeSampler(bank, split, "test", negatives="hard", seed=0)[0]
+        assert len(episode.support_records()) == 25
+        rows = compositionality_gap(bank, [split], "hard", episodes=20, workers=1)
+        print("ok", len(rows))
+        """
+    )
+    out = _run([python, "-c", example], cwd=work, env=env)
+    assert "ok 1" in out.stdout
