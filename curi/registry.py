@@ -4,7 +4,6 @@ name through a `Registry`, so every kind is registered, listed and looked up the
 from __future__ import annotations
 
 import inspect
-
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
