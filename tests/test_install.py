@@ -87,6 +87,7 @@ def test_wheel_ships_config_and_no_generic_top_level_package(wheel):
         "curi/conf/gap.yaml",
         "curi/conf/split/binding_color.yaml",
         "curi/conf/bank/tiny.yaml",
+        "curi/conf/hydra/output/curi.yaml",
         "curi/models/train.py",
         "curi/oracles/gap.py",
         "curi/renderers/image.py",
