@@ -1,26 +1,56 @@
-"""Thin entry points of the core subcommands: compose config -> plain library calls."""
+"""Thin entry points of the core subcommands: compose config -> plain library calls; and
+`open_bank`, the one way every command (and training, `curi.models.config.open_bank`) opens
+the bank it is given."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from curi.bank import BankConfig, ConceptBank, build_bank, load_bank
 
-__all__ = ["bank", "split", "episodes", "open_bank_from_config"]
+__all__ = ["bank", "split", "episodes", "open_bank", "open_bank_from_config"]
 
 log = logging.getLogger("curi")
 
 
+def open_bank(
+    bank: BankConfig | Mapping | str,
+    data_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    force: bool = False,
+) -> ConceptBank:
+    """The bank `bank` describes, ready to use: built under `data_dir`, or reused when the same
+    bank is already there (`curi.build_bank`), then loaded without re-hashing its files (the
+    build has just checked it is the bank asked for).
+
+    Args:
+        bank: a `BankConfig`, a mapping of its fields, or a preset name (``"tiny"``).
+        data_dir: the data directory (default: `curi.bank.default_data_dir()`).
+        progress: show progress bars while building.
+        force: rebuild even if a bank is already there.
+
+    Raises:
+        ConfigError: a bad bank option.
+        BankError: a different bank occupies the folder (and not `force`).
+    """
+    return load_bank(build_bank(bank, data_dir, progress=progress, force=force), verify=False)
+
+
 def open_bank_from_config(cfg: DictConfig) -> ConceptBank:
     """The bank of a command's config (``bank`` group, ``data_dir``, ``progress`` and an
-    optional ``force``): built, or reused when already there, then loaded."""
-    bank_cfg = BankConfig.from_mapping(OmegaConf.to_container(cfg.bank, resolve=True))
-    force = bool(cfg.get("force", False))
-    path = build_bank(bank_cfg, cfg.data_dir, progress=cfg.progress, force=force)
-    return load_bank(path, verify=False)
+    optional ``force``; see `open_bank`)."""
+    return open_bank(
+        OmegaConf.to_container(cfg.bank, resolve=True),
+        cfg.data_dir,
+        progress=cfg.progress,
+        force=bool(cfg.get("force", False)),
+    )
 
 
 def bank(cfg: DictConfig) -> None:

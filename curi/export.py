@@ -7,12 +7,12 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import tarfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from curi.atomic import atomic_path, write_text
 from curi.episodes import EpisodeSampler
 from curi.errors import CuriError
 from curi.splits import Split
@@ -37,14 +37,12 @@ def _shards(out: Path) -> list[Path]:
 
 
 def _write_shard(path: Path, items: list[tuple[int, str]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tarfile.open(tmp, "w") as tar:
+    with atomic_path(path) as tmp, tarfile.open(tmp, "w") as tar:
         for index, text in items:
             data = text.encode()
             info = tarfile.TarInfo(f"{index:08d}.json")  # WebDataset: key.extension
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    tmp.rename(path)
 
 
 def export_episodes(
@@ -90,14 +88,13 @@ def export_episodes(
                 batch = []
         written = f"{len(_shards(out))} shards {out.stem}-NNNNN.tar of up to {shard_size}"
     else:
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        with _open(tmp, "w", compressed=out.suffix == ".gz") as f:
+        with atomic_path(out) as tmp, _open(tmp, "w", compressed=out.suffix == ".gz") as f:
             for text in texts:
                 f.write(text + "\n")
-        tmp.rename(out)
         written = f"one JSON object per line in {out.name}"
     card = out.with_name(out.name + ".card.md")
-    card.write_text(
+    write_text(
+        card,
         f"# CURI episodes: {split.name} / {subset}\n\n"
         f"- episodes: {n} (indices 0..{n - 1} of `EpisodeSampler`), {written}\n"
         f"- negatives: {negatives} (query: {sampler.query_negatives}); seed: {seed}\n"
@@ -108,7 +105,7 @@ def export_episodes(
         "`support_ids`, `support_labels`, `query_ids`, `query_labels` (1 positive, 0 negative, "
         "positives first), `support_records` / `query_records` (every object's shape, color, "
         "material, size, location bins x / y, 3D position, rotation and pixel centre).\n"
-        "- regenerate exactly: the same bank config, split, subset, negatives and seed.\n"
+        "- regenerate exactly: the same bank config, split, subset, negatives and seed.\n",
     )
     return {"episodes": out, "card": card}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from curi.atomic import atomic_path
 from curi.errors import ConfigError
 
 __all__ = [
@@ -54,21 +55,17 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
 
 def save_checkpoint(payload: dict, path: Path) -> None:
     """torch.save to a temporary name, then rename into place (never a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
 
 
 def link_checkpoint(src: Path, dst: Path) -> None:
     """Make `dst` the same file as `src` (hard link, else a copy), atomically."""
-    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with atomic_path(dst) as tmp:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
 
 
 class MetricLogger:

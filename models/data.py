@@ -1,4 +1,4 @@
-"""Episodes as tensors (spec section 8): a torch Dataset that renders `curi.EpisodeSampler`
+"""Episodes as tensors (paper Appendix E): a torch Dataset that renders `curi.EpisodeSampler`
 episodes in the chosen modality on the fly (in DataLoader workers), its collate function, the
 step-seeded stream of training episode indices, and the chunked mAP evaluation set."""
 
@@ -16,6 +16,7 @@ from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
 from curi.models.decoder import ConceptTokenizer
+from curi.models.encoders import ENCODERS
 from curi.renderers import Renderer, get_renderer
 from curi.rng import derive_rng
 
@@ -29,7 +30,6 @@ __all__ = [
     "eval_labels",
     "make_renderer",
     "renders_on_cuda",
-    "to_model_input",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,18 +63,13 @@ def renders_on_cuda(modality: Mapping) -> bool:
 
 
 def encoder_options(renderer: Renderer) -> dict:
-    """Keyword options of the encoder that reads `renderer`'s output (sized from it)."""
-    shape = renderer.item_shape
-    if renderer.name == "image":  # (3, H, W)
-        return {"height": shape[1], "width": shape[2]}
-    if renderer.name == "sound":  # (F, T)
-        return {"n_freq": shape[0], "n_frames": shape[1]}
-    return {}
+    """Keyword options of the encoder that reads `renderer`'s output: the encoder registered
+    under the renderer's name, sized for its `Renderer.input_shape` (`Encoder.sized_for`).
 
-
-def to_model_input(name: str, data: Tensor) -> Tensor:
-    """Renderer output -> encoder input: spectrograms (N, F, T) get a channel, (N, 1, F, T)."""
-    return data[:, None] if name == "sound" else data
+    Raises:
+        ConfigError: no encoder is registered under the renderer's name.
+    """
+    return ENCODERS.get(renderer.name).sized_for(renderer.input_shape)
 
 
 def concept_max_len(bank) -> int:
@@ -144,7 +139,7 @@ class EpisodeDataset(Dataset):
         s, q = len(episodes[0].support_ids), len(episodes[0].query_ids)
         ids = np.concatenate([np.r_[e.support_ids, e.query_ids] for e in episodes])
         out = self.renderer.render(self.sampler.bank.scene_records(ids))
-        data = to_model_input(self.name, out.data)
+        data = self.renderer.to_input(out.data)
         data = data.reshape(len(episodes), s + q, *data.shape[1:])  # (B, S + Q, ...)
         mask = None
         if out.mask is not None:
@@ -274,7 +269,7 @@ class EvalSceneDataset(Dataset):
             self._renderer = make_renderer(self.modality)
         ids = self.ids[c * self.chunk : (c + 1) * self.chunk]
         out = self._renderer.render(self.bank.scene_records(ids))
-        item = {"x": to_model_input(self.name, out.data)}
+        item = {"x": self._renderer.to_input(out.data)}
         if out.mask is not None:
             item["mask"] = out.mask
         return item

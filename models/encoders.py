@@ -1,11 +1,10 @@
-"""Modality encoders of the prototypical-network baselines (spec section 8, paper Appendix E):
+"""Modality encoders of the prototypical-network baselines (paper Appendix E):
 each maps a batch of scenes to a set of objects, a validity mask and optional position features.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -13,8 +12,10 @@ import torchvision
 from torch import Tensor, nn
 
 from curi.errors import ConfigError
+from curi.registry import Registry
 
 __all__ = [
+    "ENCODERS",
     "EncodedObjects",
     "Encoder",
     "SchemaEncoder",
@@ -51,44 +52,44 @@ class EncodedObjects(NamedTuple):
 class Encoder(nn.Module):
     """Contract of an encoder: ``forward(x, mask=None) -> EncodedObjects`` with ``out_dim`` (D),
     ``num_objects`` (K, fixed for a given configuration) and ``pos_dim`` (P, 0 when positions
-    are None). Output is deterministic for given weights in eval mode."""
+    are None). Output is deterministic for given weights in eval mode.
+
+    The encoder of a modality is registered under the renderer's name and reads its
+    ``to_input`` batches; `sized_for` gives the options that fit the renderer's input shape.
+    """
 
     out_dim: int
     num_objects: int
     pos_dim: int
 
+    @classmethod
+    def sized_for(cls, input_shape: tuple[int, ...]) -> dict:
+        """Keyword options that size this encoder for one scene of `input_shape` (a renderer's
+        ``input_shape``); none by default (the input size is fixed)."""
+        return {}
+
     def forward(self, x: Tensor, mask: Tensor | None = None) -> EncodedObjects:
         raise NotImplementedError
 
 
-_ENCODERS: dict[str, type[Encoder]] = {}
-
-
-def register_encoder(name: str) -> Callable[[type[Encoder]], type[Encoder]]:
-    """Class decorator that makes an encoder available to `get_encoder` under `name`."""
-
-    def wrap(cls: type[Encoder]) -> type[Encoder]:
-        _ENCODERS[name] = cls
-        return cls
-
-    return wrap
+ENCODERS: Registry[type[Encoder]] = Registry("encoder")
+"""The encoders by name; ConfigError for an unknown name or a bad option."""
+register_encoder = ENCODERS.register
+"""Class decorator: ``@register_encoder("image")`` makes an encoder available by name."""
 
 
 def list_encoders() -> list[str]:
     """Names of the registered encoders, sorted."""
-    return sorted(_ENCODERS)
+    return ENCODERS.names()
 
 
 def get_encoder(name: str, **kwargs) -> Encoder:
     """Build a registered encoder by name (``schema``, ``image``, ``sound``).
 
     Raises:
-        ConfigError: unknown name.
+        ConfigError: unknown name, or an option the encoder does not take.
     """
-    key = name.replace("-", "_").lower()
-    if key not in _ENCODERS:
-        raise ConfigError(f"unknown encoder {name!r}; choose one of {list_encoders()}")
-    return _ENCODERS[key](**kwargs)
+    return ENCODERS.build(name, **kwargs)
 
 
 def _grid_positions(rows: int, cols: int) -> Tensor:
@@ -190,6 +191,11 @@ class ImageEncoder(Encoder):
         )
         self.register_buffer("positions", _grid_positions(rows, cols), persistent=False)
 
+    @classmethod
+    def sized_for(cls, input_shape: tuple[int, ...]) -> dict:
+        """``height`` and ``width`` of images (3, H, W)."""
+        return {"height": input_shape[1], "width": input_shape[2]}
+
     def feature_map(self, x: Tensor) -> Tensor:
         """(B, out_dim, rows, cols) object grid of images x (B, 3, height, width).
 
@@ -284,6 +290,11 @@ class SoundEncoder(Encoder):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
         t = torch.arange(self.num_objects, dtype=torch.float32) / max(self.num_objects - 1, 1)
         self.register_buffer("positions", t[:, None], persistent=False)  # (T', 1)
+
+    @classmethod
+    def sized_for(cls, input_shape: tuple[int, ...]) -> dict:
+        """``n_freq`` and ``n_frames`` of one-channel spectrograms (1, F, T)."""
+        return {"n_freq": input_shape[1], "n_frames": input_shape[2]}
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> EncodedObjects:
         """Encode spectrograms (B, 1, n_freq, n_frames); `mask` is ignored.

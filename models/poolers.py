@@ -1,18 +1,20 @@
-"""Poolers that turn a set of objects into one scene vector (spec section 8, paper Appendix F):
+"""Poolers that turn a set of objects into one scene vector (paper Appendix F):
 masked average, concatenation, relation network and transformer, with a name registry.
 Every pooler ignores padded objects: their values, and their number, never change the output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from curi.errors import ConfigError
+from curi.registry import Registry
 
 __all__ = [
+    "POOLERS",
     "Pooler",
     "AvgPooler",
     "ConcatPooler",
@@ -72,23 +74,19 @@ class Pooler(nn.Module):
         return _masked(x, mask)
 
 
-_POOLERS: dict[str, type[Pooler]] = {}
-_ALIASES = {"avg_pool": "avg", "gap": "avg", "rel_net": "relation_net", "trnsf": "transformer"}
-
-
-def register_pooler(name: str) -> Callable[[type[Pooler]], type[Pooler]]:
-    """Class decorator that makes a pooler available to `get_pooler` under `name`."""
-
-    def wrap(cls: type[Pooler]) -> type[Pooler]:
-        _POOLERS[name] = cls
-        return cls
-
-    return wrap
+POOLERS: Registry[type[Pooler]] = Registry(
+    "pooler",
+    # the original release's names
+    aliases={"avg_pool": "avg", "gap": "avg", "rel_net": "relation_net", "trnsf": "transformer"},
+)
+"""The poolers by name; ConfigError for an unknown name."""
+register_pooler = POOLERS.register
+"""Class decorator: ``@register_pooler("avg")`` makes a pooler available by name."""
 
 
 def list_poolers() -> list[str]:
     """Names of the registered poolers, sorted."""
-    return sorted(_POOLERS)
+    return POOLERS.names()
 
 
 def get_pooler(name: str, **kwargs) -> Pooler:
@@ -98,12 +96,10 @@ def get_pooler(name: str, **kwargs) -> Pooler:
 
     Raises:
         ConfigError: unknown name.
+        TypeError: an option the pooler does not take (`curi.models.config.build_model`
+            reports it as a bad ``pooling`` option of the run's config).
     """
-    key = name.replace("-", "_").lower()
-    key = _ALIASES.get(key, key)
-    if key not in _POOLERS:
-        raise ConfigError(f"unknown pooler {name!r}; choose one of {list_poolers()}")
-    return _POOLERS[key](**kwargs)
+    return POOLERS.get(name)(**kwargs)
 
 
 @register_pooler("avg")

@@ -1,5 +1,7 @@
-"""Episode metrics of CURI (spec section 6): step-wise average precision and class-balanced
-accuracy, for one episode or vectorised over many (rows = episodes, columns = scenes)."""
+"""Episode metrics of CURI as the paper reports them: step-wise average precision and
+class-balanced accuracy, for one episode or vectorised over many (rows = episodes, columns =
+scenes). Class-balanced accuracy is computed here only: the gap report and model evaluation
+call these functions."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from curi.atomic import atomic_path, write_text
 from curi.oracles.paper import PAPER_GAP, paper_comparison
 
 __all__ = ["write_report", "markdown_table"]
@@ -76,7 +77,8 @@ def _plot(rows: list[dict], path: Path) -> None:
     handles, labels = axes[-1, 0].get_legend_handles_labels()  # hard negatives sort last
     fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -85,7 +87,7 @@ def write_report(rows: list[dict], out_dir: str | Path, *, meta: dict | None = N
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "gap.json", "md": out / "gap.md", "png": out / "gap.png"}
-    paths["json"].write_text(json.dumps(rows, indent=2) + "\n")
+    write_text(paths["json"], json.dumps(rows, indent=2) + "\n")
     header = "# Compositionality gap\n\n"
     if meta:
         header += "".join(f"- {k}: {v}\n" for k, v in meta.items()) + "\n"
@@ -96,6 +98,6 @@ def write_report(rows: list[dict], out_dir: str | Path, *, meta: dict | None = N
             "The paper's values belong to its own splits and bank: a split of yours that reuses "
             "one of their names is compared all the same.\n\n" + beside
         )
-    paths["md"].write_text(header + markdown_table(rows) + beside)
+    write_text(paths["md"], header + markdown_table(rows) + beside)
     _plot(rows, paths["png"])
     return paths

@@ -1,14 +1,22 @@
 """Renderers: scene records -> model inputs in three modalities (schema, image, sound), found
-by name through a small registry (spec section 7). Depends on curi's scene model only."""
+by name through the registry `RENDERERS`. Depends on curi's scene model only."""
 
 from __future__ import annotations
 
-from curi.renderers.base import Packed, Rendered, Renderer, pack_records
+from curi.renderers.base import (
+    RENDERERS,
+    Packed,
+    Rendered,
+    Renderer,
+    pack_records,
+    register_renderer,
+)
 from curi.renderers.image import ImageRenderer
 from curi.renderers.schema import SCHEMA_DIM, SchemaRenderer
 from curi.renderers.sound import SoundRenderer
 
 __all__ = [
+    "RENDERERS",
     "SCHEMA_DIM",
     "ImageRenderer",
     "Packed",
@@ -19,16 +27,13 @@ __all__ = [
     "get_renderer",
     "list_renderers",
     "pack_records",
+    "register_renderer",
 ]
-
-_REGISTRY: dict[str, type[Renderer]] = {
-    cls.name: cls for cls in (SchemaRenderer, ImageRenderer, SoundRenderer)
-}
 
 
 def list_renderers() -> list[str]:
     """Names of the registered renderers (the modalities)."""
-    return sorted(_REGISTRY)
+    return RENDERERS.names()
 
 
 def get_renderer(name: str, **options) -> Renderer:
@@ -38,9 +43,4 @@ def get_renderer(name: str, **options) -> Renderer:
     Raises:
         ValueError: an unknown name, or an option the renderer does not take.
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown renderer {name!r}; choose one of {list_renderers()}")
-    try:
-        return _REGISTRY[name](**options)
-    except TypeError as e:
-        raise ValueError(f"bad option for renderer {name!r}: {e}") from None
+    return RENDERERS.build(name, **options)

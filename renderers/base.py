@@ -1,16 +1,19 @@
-"""The renderer contract (`Renderer`, `Rendered`) and `pack_records`, which turns JSON scene
-records into padded per-object arrays that every renderer reads."""
+"""The renderer contract (`Renderer`, `Rendered`), the registry of renderers by name, and
+`pack_records`, which turns JSON scene records into padded per-object arrays that every
+renderer reads."""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
 
+from curi.registry import Registry
 from curi.scenes import (
     COLORS,
     MATERIALS,
@@ -23,7 +26,15 @@ from curi.scenes import (
     location_bins,
 )
 
-__all__ = ["Packed", "Rendered", "Renderer", "make_object", "pack_records"]
+__all__ = [
+    "RENDERERS",
+    "Packed",
+    "Rendered",
+    "Renderer",
+    "make_object",
+    "pack_records",
+    "register_renderer",
+]
 
 _VOCAB = {"shape": SHAPES, "color": COLORS, "material": MATERIALS, "size": SIZES}
 
@@ -134,7 +145,7 @@ class Rendered(NamedTuple):
 
 
 class Renderer(abc.ABC):
-    """Scene records -> model inputs of one modality (spec section 7).
+    """Scene records -> model inputs of one modality.
 
     Contract every renderer keeps (checked for all registered renderers by
     ``tests/test_renderers_contract.py``):
@@ -148,10 +159,23 @@ class Renderer(abc.ABC):
       (vectorised and scalar code paths may differ in the last bit; within 1e-5).
     * Records need the discrete properties and the 3D data (``position``, ``rotation``) of
       `ConceptBank.scene_records`; bad records raise ValueError.
+
+    Everything that differs between modalities lives on the renderer, so code that consumes
+    any modality (the training data pipeline, re-rendering exported episodes) asks it instead
+    of testing its name: `input_shape` / `to_input` (what an encoder reads), `gpu_capable`,
+    and `export` with `file_suffix` / `storage_format` (what is written to disk). A new
+    modality is one new subclass, registered with `register_renderer`.
     """
 
     name: ClassVar[str]
     per_object: ClassVar[bool] = False
+    gpu_capable: ClassVar[bool] = False
+    """True when `render` computes on the renderer's device (so ``device=cuda`` makes it
+    faster); False when it computes on the CPU and only moves its output to the device."""
+    file_suffix: ClassVar[str | None] = None
+    """Suffix of the file `export` writes per scene (``.png``, ``.wav``); None: no files."""
+    storage_format: ClassVar[str] = "support / query: float32 renderer output"
+    """How `export`'s arrays are stored, for the index of re-rendered episodes."""
 
     @property
     @abc.abstractmethod
@@ -163,12 +187,55 @@ class Renderer(abc.ABC):
     def value_range(self) -> tuple[float, float]:
         """Inclusive bounds of every output value."""
 
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one scene as an encoder reads it (`to_input`): `item_shape` unless the
+        modality adds axes, e.g. a channel axis on a spectrogram (1, F, T)."""
+        return self.item_shape
+
     @abc.abstractmethod
     def render(self, records: Sequence[dict]) -> Rendered:
         """Render a batch of scene records."""
+
+    def to_input(self, data: torch.Tensor) -> torch.Tensor:
+        """A rendered batch (B, *item_shape) as encoder input (B, *input_shape): the same
+        values, reshaped (a view when `data` is contiguous)."""
+        return data.reshape(len(data), *self.input_shape)
+
+    def export(
+        self,
+        records: Sequence[dict],
+        folder: Path | None = None,
+        names: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Render `records` for storage (re-rendered episode files).
+
+        Args:
+            records: scene records.
+            folder: when given and the modality has per-scene files (`file_suffix`), write
+                one file per record there, ``<names[i]><file_suffix>``.
+            names: the file stem of each record (as many as `records`).
+
+        Returns:
+            Compact numpy arrays (see `storage_format`): ``data`` (B, *item_shape) and, for
+            per-object modalities, ``mask`` (B, 5). This default stores `render`'s float32
+            output and writes no files.
+        """
+        r = self.render(records)
+        out = {"data": r.data.cpu().numpy()}
+        if r.mask is not None:
+            out["mask"] = r.mask.cpu().numpy()
+        return out
 
     def __call__(self, records: Sequence[dict]) -> Rendered:
         return self.render(records)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(item_shape={self.item_shape})"
+
+
+RENDERERS: Registry[type[Renderer]] = Registry("renderer", error=ValueError)
+"""The renderers by name (`curi.renderers.get_renderer`); ValueError for an unknown name or a
+bad option."""
+register_renderer = RENDERERS.register
+"""Class decorator: ``@register_renderer("image")`` makes a renderer available by name."""

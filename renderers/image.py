@@ -1,5 +1,5 @@
-"""Image modality: CLEVR-like pictures ray-cast in batched torch from scene records alone
-(spec section 7): analytic ray-primitive hits, Blinn-Phong shading, soft shadows and an
+"""Image modality: CLEVR-like pictures ray-cast in batched torch from scene records alone:
+analytic ray-primitive hits, Blinn-Phong shading, soft shadows and an
 environment reflection for metal, computed only on the 8 x 8 pixel tiles objects can affect."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from curi.renderers.base import Packed, Rendered, Renderer, pack_records
+from curi.atomic import atomic_path
+from curi.renderers.base import Packed, Rendered, Renderer, pack_records, register_renderer
 from curi.scenes import COLOR_RGB, COLORS, RADII, SHAPES, Camera
 
 __all__ = ["ImageRenderer", "render_images", "save_png"]
@@ -115,6 +116,7 @@ def _hit(o: Vec, d: Vec, hxy, hz, wz, rr, *, soft: bool = False) -> tuple[torch.
     return t_in, hit, t_in - t_out, dq, tq
 
 
+@register_renderer("image")
 class ImageRenderer(Renderer):
     """CLEVR-like images (B, 3, H, W), float32 in [0, 1].
 
@@ -135,6 +137,9 @@ class ImageRenderer(Renderer):
     """
 
     name = "image"
+    gpu_capable = True
+    file_suffix = ".png"
+    storage_format = "support / query: uint8 (N, 3, H, W), the renderer's float images x 255"
 
     def __init__(
         self,
@@ -461,6 +466,20 @@ class ImageRenderer(Renderer):
         u8 = (img * 255.0 + 0.5).clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
         return u8.cpu().numpy(), img
 
+    def export(
+        self,
+        records: Sequence[dict],
+        folder: Path | None = None,
+        names: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Images as uint8 (B, 3, H, W) (the float images x 255, rounded), and with `folder`
+        one PNG per record (see `Renderer.export`)."""
+        u8, _ = self.render_uint8(records)  # (B, H, W, 3)
+        if folder is not None:
+            for im, name in zip(u8, names, strict=True):
+                save_png(im, folder / f"{name}{self.file_suffix}")
+        return {"data": np.ascontiguousarray(u8.transpose(0, 3, 1, 2))}
+
 
 def render_images(
     records: Sequence[dict], *, width: int = 240, height: int = 160, device: str = "cpu"
@@ -477,6 +496,6 @@ def save_png(image: np.ndarray | torch.Tensor, path: str | Path) -> Path:
         image = (image.detach().cpu().clamp(0, 1) * 255 + 0.5).to(torch.uint8)
         image = image.permute(1, 2, 0).numpy()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.ascontiguousarray(image)).save(path)
+    with atomic_path(path) as tmp:
+        Image.fromarray(np.ascontiguousarray(image)).save(tmp, format="PNG")
     return path

@@ -7,56 +7,22 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 
+from curi.atomic import atomic_path, write_text
 from curi.export import EpisodeFileError, count_episodes, read_episode_file
 from curi.renderers.base import Renderer
-from curi.renderers.image import ImageRenderer, save_png
-from curi.renderers.sound import SoundRenderer, save_wav, spectrogram
 
 __all__ = ["render_episode_file"]
 
 log = logging.getLogger(__name__)
 
-_FORMATS = {
-    "image": "support / query: uint8 (N, 3, H, W), the renderer's float images x 255",
-    "sound": "support / query: float16 (N, F, T) spectrograms in [0, 1]",
-    "schema": "support / query: float32 (N, 5, 20) features; support_mask / query_mask: "
-    "bool (N, 5)",
-}
-
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
-    np.savez_compressed(tmp, **arrays)
-    tmp.replace(path)
-
-
-def _render(renderer: Renderer, records: list[dict], files: Path | None, names: list[str]):
-    """Arrays of one modality for `records` (compact dtypes; see `_FORMATS`), writing one
-    PNG / WAV per record into `files` when given."""
-    out: dict[str, np.ndarray] = {}
-    if isinstance(renderer, SoundRenderer):
-        waves = renderer.waveforms(records)
-        out["data"] = spectrogram(waves, renderer.config).astype(np.float16)
-        if files is not None:
-            for w, name in zip(waves, names, strict=True):
-                save_wav(w, files / f"{name}.wav", renderer.config.sample_rate)
-    elif isinstance(renderer, ImageRenderer):
-        u8, _ = renderer.render_uint8(records)  # (N, H, W, 3)
-        out["data"] = np.ascontiguousarray(u8.transpose(0, 3, 1, 2))
-        if files is not None:
-            for im, name in zip(u8, names, strict=True):
-                save_png(im, files / f"{name}.png")
-    else:
-        r = renderer.render(records)
-        out["data"] = r.data.cpu().numpy()
-        if r.mask is not None:
-            out["mask"] = r.mask.cpu().numpy()
-    return out
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file: savez adds no suffix
+        np.savez_compressed(f, **arrays)
 
 
 def render_episode_file(
@@ -77,7 +43,7 @@ def render_episode_file(
             ``query`` (see ``index.json`` for dtypes and shapes), ``support_labels``,
             ``query_labels``, ``support_ids``, ``query_ids``, ``concept_text`` (and the masks
             of per-object modalities); with `files`, ``episode_<k>/support_<NN>.png`` (image)
-            or ``.wav`` (sound) per scene.
+            or ``.wav`` (sound) per scene (`Renderer.export`, `Renderer.file_suffix`).
         renderer: the modality's renderer (`curi.renderers.get_renderer`).
         files: also write the per-scene PNG / WAV files.
         limit: render only the first `limit` episodes.
@@ -113,9 +79,9 @@ def render_episode_file(
         ns, nq = len(ep["support_records"]), len(ep["query_records"])
         names = [f"support_{i + 1:02d}" for i in range(ns)]
         names += [f"query_{i + 1:02d}" for i in range(nq)]
-        folder = out / stem if files and renderer.name in ("image", "sound") else None
+        folder = out / stem if files and renderer.file_suffix else None
         try:
-            arr = _render(renderer, ep["support_records"] + ep["query_records"], folder, names)
+            arr = renderer.export(ep["support_records"] + ep["query_records"], folder, names)
         except (ValueError, KeyError, TypeError) as e:  # pack_records on malformed records
             raise EpisodeFileError(f"{path} episode {k}: bad scene records: {e!s}") from None
         npz = {
@@ -145,12 +111,10 @@ def render_episode_file(
         "modality": renderer.name,
         "options": options or {},
         "item_shape": list(renderer.item_shape),
-        "format": _FORMATS.get(renderer.name, "support / query: float32 renderer output"),
+        "format": renderer.storage_format,
         "count": len(entries),
         "episodes": entries,
     }
-    tmp = out / f".index.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(index, indent=1))
-    tmp.replace(out / "index.json")
+    write_text(out / "index.json", json.dumps(index, indent=1))
     log.info("re-rendered %d episodes as %s into %s", len(entries), renderer.name, out)
     return out / "index.json"

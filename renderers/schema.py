@@ -1,5 +1,5 @@
 """Schema modality: one feature vector per object (one-hots, normalised projected position,
-depth and rotation), padded to 5 objects with a mask (spec section 7)."""
+depth and rotation), padded to 5 objects with a mask."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from curi.renderers.base import Packed, Rendered, Renderer, pack_records
+from curi.renderers.base import Packed, Rendered, Renderer, pack_records, register_renderer
 from curi.scenes import COLORS, MATERIALS, MAX_OBJECTS, SHAPES, SIZES, Camera
 
 __all__ = ["SCHEMA_DIM", "FEATURES", "SchemaRenderer", "encode"]
@@ -66,6 +66,7 @@ def encode(
     return torch.from_numpy(feats), torch.from_numpy(mask)
 
 
+@register_renderer("schema")
 class SchemaRenderer(Renderer):
     """Per-object schema vectors (B, 5, 20) with a (B, 5) mask.
 
@@ -76,6 +77,9 @@ class SchemaRenderer(Renderer):
 
     name = "schema"
     per_object = True
+    storage_format = (
+        "support / query: float32 (N, 5, 20) features; support_mask / query_mask: bool (N, 5)"
+    )
 
     def __init__(self, *, width: int = 240, height: int = 160, device: str = "cpu"):
         self.camera = Camera(width=width, height=height)

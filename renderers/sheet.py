@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from curi.atomic import atomic_path, write_text
 from curi.renderers.image import ImageRenderer, save_png
 from curi.renderers.sound import SoundRenderer, save_wav, spectrogram
 
@@ -180,7 +181,7 @@ def _spectrogram_png(spec: np.ndarray, path: Path) -> None:
     from matplotlib import colormaps
 
     rgba = colormaps["magma"](np.clip(spec[::-1], 0.0, 1.0))
-    Image.fromarray((rgba[..., :3] * 255 + 0.5).astype(np.uint8)).save(path)
+    save_png((rgba[..., :3] * 255 + 0.5).astype(np.uint8), path)
 
 
 def _describe(record: dict) -> str:
@@ -242,8 +243,9 @@ def write_episode_page(
         subtitle=title,
         scale=scale,
     )
-    sheet.save(out / "sheet.png")
-    (out / "episode.json").write_text(json.dumps(episode))
+    with atomic_path(out / "sheet.png") as tmp:
+        sheet.save(tmp, format="PNG")
+    write_text(out / "episode.json", json.dumps(episode))
 
     sections = []
     for name, tag in (("support", "S"), ("query", "Q")):
@@ -289,7 +291,6 @@ loudness, metal = low-passed) and its spectrogram (the sound model's input; 0 to
 <p><a href="episode.json">episode with scene records (JSON)</a></p>
 </body></html>
 """
-    path = out / "index.html"
-    path.write_text(page)
+    path = write_text(out / "index.html", page)
     log.info("wrote %s", path)
     return path

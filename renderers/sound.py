@@ -1,9 +1,11 @@
-"""Sound modality (spec section 7, paper B.5): one synthesised note per object, mixed. Colour
+"""Sound modality (paper Appendix B.5): one synthesised note per object, mixed. Colour
 picks the instrument, y bin the pitch, x bin the onset, shape the envelope, size the gain,
 metal a 1 kHz low-pass; the model reads a log-magnitude spectrogram."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import wave
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from curi.renderers.base import Rendered, Renderer, pack_records
+from curi.atomic import atomic_path
+from curi.renderers.base import Rendered, Renderer, pack_records, register_renderer
 from curi.scenes import COLORS, SHAPES
 
 __all__ = [
@@ -171,7 +174,7 @@ def _note_tables(cfg: SoundConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def synthesize(records: Sequence[dict], config: SoundConfig | None = None) -> np.ndarray:
-    """Waveforms of a batch of scene records (spec section 7).
+    """Waveforms of a batch of scene records (paper Appendix B.5).
 
     Args:
         records: scene records (`ConceptBank.scene_records`).
@@ -237,9 +240,8 @@ def spectrogram(waves: np.ndarray, config: SoundConfig | None = None) -> np.ndar
 def save_wav(waveform: np.ndarray, path: str | Path, sample_rate: int) -> Path:
     """Write one waveform (T,) in [-1, 1] as 16-bit mono WAV."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     pcm = (np.clip(waveform, -1, 1) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
+    with atomic_path(path) as tmp, wave.open(str(tmp), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(int(sample_rate))
@@ -247,11 +249,14 @@ def save_wav(waveform: np.ndarray, path: str | Path, sample_rate: int) -> Path:
     return path
 
 
+@register_renderer("sound")
 class SoundRenderer(Renderer):
     """Spectrograms (B, n_fft // 2 + 1, frames), float32 in [0, 1]; see `SoundConfig` for the
-    options (passed as keywords)."""
+    options (passed as keywords). Encoders read them with a channel axis, (B, 1, F, T)."""
 
     name = "sound"
+    file_suffix = ".wav"
+    storage_format = "support / query: float16 (N, F, T) spectrograms in [0, 1]"
 
     def __init__(self, *, device: str = "cpu", **options):
         self.config = SoundConfig(**options)
@@ -267,6 +272,10 @@ class SoundRenderer(Renderer):
     def value_range(self) -> tuple[float, float]:
         return (0.0, 1.0)
 
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (1, *self.item_shape)  # one channel: (1, F, T)
+
     def waveforms(self, records: Sequence[dict]) -> np.ndarray:
         """Waveforms (B, num_samples) float32 in [-1, 1]."""
         return synthesize(records, self.config)
@@ -276,3 +285,28 @@ class SoundRenderer(Renderer):
             return Rendered(torch.zeros(0, *self.item_shape, device=self.device))
         spec = spectrogram(self.waveforms(records), self.config)
         return Rendered(torch.from_numpy(spec).to(self.device))
+
+    def export(
+        self,
+        records: Sequence[dict],
+        folder: Path | None = None,
+        names: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Spectrograms as float16 (B, F, T), and with `folder` one 16-bit WAV per record of
+        the waveform they come from (see `Renderer.export`)."""
+        waves = self.waveforms(records)
+        if folder is not None:
+            for w, name in zip(waves, names, strict=True):
+                save_wav(w, folder / f"{name}{self.file_suffix}", self.config.sample_rate)
+        return {"data": spectrogram(waves, self.config).astype(np.float16)}
+
+
+# The renderer's options are `SoundConfig`'s fields (plus `device`): its signature says so, so
+# the registry's option check (`curi.registry.Registry.build`) names a bad option.
+SoundRenderer.__signature__ = inspect.Signature(
+    [inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default="cpu")]
+    + [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+        for f in dataclasses.fields(SoundConfig)
+    ]
+)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from curi.atomic import atomic_path, write_text
 from curi.renderers.image import ImageRenderer, save_png
 from curi.renderers.sound import INSTRUMENTS, SCALE_MIDI, SoundRenderer, save_wav, spectrogram
 
@@ -45,7 +46,8 @@ def _spectrogram_png(spec: np.ndarray, sound: SoundRenderer, path: Path, objects
     ax.set_ylabel("frequency (kHz)")
     ax.set_title("spectrogram (model input)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 
@@ -79,7 +81,7 @@ def write_scene_page(
     save_wav(wave[0], out / "scene.wav", sound.config.sample_rate)
     _spectrogram_png(spectrogram(wave, sound.config)[0], sound, out / "spectrogram.png",
                      record["objects"])  # fmt: skip
-    (out / "scene.json").write_text(json.dumps(record, indent=1))
+    write_text(out / "scene.json", json.dumps(record, indent=1))
 
     onsets = sound.config.onset_samples() / sound.config.sample_rate
     rows = []
@@ -105,7 +107,6 @@ low-passed)</figcaption></figure>
 <p><a href="scene.json">scene record (JSON)</a></p>
 </body></html>
 """
-    path = out / "index.html"
-    path.write_text(page)
+    path = write_text(out / "index.html", page)
     log.info("wrote %s", path)
     return path

@@ -19,11 +19,13 @@ from curi.models import (
     build_protonet,
     class_prototypes,
     count_parameters,
+    encoder_options,
     get_encoder,
     get_pooler,
     list_encoders,
     list_poolers,
 )
+from curi.renderers import get_renderer, list_renderers
 from curi.scenes import Scenes, sample_scenes
 
 # Small configurations so the whole module runs in seconds on one CPU core.
@@ -93,8 +95,8 @@ def test_registries_list_every_part_and_reject_unknown_names():
         get_encoder("video")
 
 
-@pytest.mark.parametrize("pooler", ["avg", "concat", "relation_net", "transformer"])
-@pytest.mark.parametrize("encoder", ["schema", "image", "sound"])
+@pytest.mark.parametrize("pooler", list_poolers())
+@pytest.mark.parametrize("encoder", list_encoders())
 def test_every_encoder_pooler_gives_scene_embeddings(encoder, pooler):
     torch.manual_seed(0)
     model = build_protonet(encoder=encoder, pooler=pooler, encoder_kw=SMALL[encoder])
@@ -112,6 +114,29 @@ def test_every_encoder_pooler_gives_scene_embeddings(encoder, pooler):
     emb.square().sum().backward()
     first = next(model.encoder.parameters())
     assert first.grad is not None and first.grad.abs().sum() > 0
+
+
+# Small renderer options whose outputs the encoders read in `SMALL`-like sizes.
+SMALL_RENDER = {"image": {"width": 96, "height": 64}}
+
+
+@pytest.mark.parametrize("name", list_renderers())
+def test_each_modality_has_an_encoder_sized_from_its_renderer(name):
+    """The encoder registered under a renderer's name, sized by `encoder_options`, reads the
+    renderer's `to_input` batches (no modality switch in between)."""
+    renderer = get_renderer(name, **SMALL_RENDER.get(name, {}))
+    kw = encoder_options(renderer)
+    expected = {"schema": {}, "image": {"height": 64, "width": 96},
+                "sound": {"n_freq": 201, "n_frames": 161}}  # fmt: skip
+    if name in expected:
+        assert kw == expected[name]
+    out = renderer.render(sample_scenes(3, seed=5).records(range(3)))
+    torch.manual_seed(0)
+    enc = get_encoder(name, **kw).eval()
+    with torch.no_grad():
+        objects, mask, _ = enc(renderer.to_input(out.data), out.mask)
+    assert objects.shape == (3, enc.num_objects, enc.out_dim) and mask.shape == (3, enc.num_objects)
+    assert torch.isfinite(objects).all()
 
 
 def test_full_size_encoders_give_the_papers_object_counts():
@@ -149,7 +174,7 @@ def test_image_reduction_pools_every_column_of_layer3():
 
 
 @pytest.mark.parametrize("train", [True, False])
-@pytest.mark.parametrize("pooler", ["avg", "concat", "relation_net", "transformer"])
+@pytest.mark.parametrize("pooler", list_poolers())
 def test_schema_padding_values_change_nothing(pooler, train):
     torch.manual_seed(0)
     model = build_protonet(encoder="schema", pooler=pooler).train(train)
@@ -172,7 +197,8 @@ def test_schema_padding_values_change_nothing(pooler, train):
 
 
 @pytest.mark.parametrize("train", [True, False])
-@pytest.mark.parametrize("pooler", ["avg", "relation_net", "transformer"])
+# concat reads objects by slot, so its input size is the number of slots: not comparable here
+@pytest.mark.parametrize("pooler", [p for p in list_poolers() if p != "concat"])
 def test_padded_slots_equal_absent_slots(pooler, train):
     """Three objects padded to five pool exactly like the same three objects unpadded, so
     padding enters no mean, attention, pair sum or BatchNorm statistic."""

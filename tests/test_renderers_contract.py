@@ -1,6 +1,7 @@
 """The renderer contract, checked for every registered renderer: shape, dtype, range, mask,
 determinism, batch independence and errors (see `curi.renderers.base.Renderer`)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,13 @@ def test_registry_lists_the_three_modalities():
         renderers.get_renderer("smell")
     with pytest.raises(ValueError, match="bad option"):
         renderers.get_renderer("image", colour_depth=8)
+
+
+@pytest.mark.parametrize("name", renderers.list_renderers())
+def test_every_renderer_is_registered_under_its_name_and_checks_options(name):
+    assert renderers.RENDERERS.get(name).name == name
+    with pytest.raises(ValueError, match=f"bad option for renderer '{name}'"):
+        renderers.get_renderer(name, colour_depth=8)
 
 
 @pytest.mark.parametrize("name", renderers.list_renderers())
@@ -47,3 +55,32 @@ def test_contract(name, records):
     assert empty.data.shape == (0, *r.item_shape)
     with pytest.raises(ValueError):
         r.render([{"objects": [{"shape": "torus"}]}])
+
+
+@pytest.mark.parametrize("name", renderers.list_renderers())
+def test_model_input_and_storage_hold_the_rendered_values(name, records, tmp_path):
+    """What a modality gives encoders (`to_input`) and what it stores (`export`) are its
+    rendered values, reshaped or in a compact dtype, and per-scene files are written only by
+    modalities that have them (`file_suffix`), atomically (no temporaries left)."""
+    r = renderers.get_renderer(name)
+    out = r.render(records)
+    x = r.to_input(out.data)
+    assert x.shape == (len(records), *r.input_shape)
+    assert torch.equal(x.flatten(1), out.data.flatten(1))
+    names = [f"scene_{i:02d}" for i in range(len(records))]
+    arrays = r.export(records, tmp_path, names)
+    assert isinstance(r.storage_format, str) and r.storage_format
+    assert arrays["data"].shape == (len(records), *r.item_shape)
+    assert ("mask" in arrays) == r.per_object
+    if r.per_object:
+        assert np.array_equal(arrays["mask"], out.mask.numpy())
+    stored = arrays["data"].astype(np.float64)
+    if arrays["data"].dtype == np.uint8:
+        stored, atol = stored / 255.0, 0.5 / 255 + 1e-6
+    else:
+        atol = 1e-3  # float16 of values in [0, 1] (or float32 exactly)
+    np.testing.assert_allclose(stored, out.data.numpy(), rtol=0, atol=atol)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    expected = [n + r.file_suffix for n in names] if r.file_suffix else []
+    assert files == expected
+    assert r.export(records)["data"].shape == arrays["data"].shape  # no folder: no files

@@ -1,0 +1,121 @@
+"""The one atomic-write helper: every file or folder curi publishes (bank, episode exports,
+re-rendered episodes, checkpoints, metrics) is written under a temporary name in the same
+folder and renamed into place, so a reader never sees half a file and an interrupted write
+leaves nothing under the final name.
+
+A temporary name is hidden and names its process: ``.<name>.tmp-<pid>`` beside the target, so
+two processes never write the same temporary and leftovers of a killed one are recognisable
+(`temporaries`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = [
+    "atomic_dir",
+    "atomic_path",
+    "temporaries",
+    "temporary_name",
+    "write_bytes",
+    "write_text",
+]
+
+
+def temporary_name(path: str | Path) -> Path:
+    """This process's temporary name for `path`: ``.<name>.tmp-<pid>`` in the same folder (a
+    rename within one filesystem is atomic)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def temporaries(path: str | Path) -> list[Path]:
+    """Temporaries of `path` left by any process (an interrupted write), sorted."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.tmp-*"))
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def _fsync(p: Path) -> None:
+    """Flush a written file to disk before it is renamed into place (else a crash soon after
+    the rename can leave an empty file under the final name)."""
+    with open(p, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+@contextmanager
+def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
+    """Publish a file atomically: yield a temporary path beside `path` to write; when the block
+    ends without error, flush it to disk and rename it onto `path` (replacing an older file);
+    on error, remove it and leave `path` as it was.
+
+    The temporary's name does not end like `path`, so writers that infer a format from the
+    suffix need it given (``Image.save(tmp, format="PNG")``) or a file object
+    (``np.savez_compressed(f, ...)``, which would otherwise append ``.npz``).
+
+    Args:
+        path: the file to publish; its folder is created when missing.
+        fsync: flush the file to disk before the rename.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    _remove(tmp)
+    try:
+        yield tmp
+        if fsync:
+            _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Publish a folder atomically: yield a fresh, empty temporary folder beside `path` to fill;
+    when the block ends without error, an existing `path` is moved aside and deleted and the
+    temporary is renamed to `path`; on error the temporary is deleted and `path` is untouched.
+
+    Args:
+        path: the folder to publish; its parent is created when missing.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    _remove(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists():
+            trash = path.with_name(f".{path.name}.old-{os.getpid()}")
+            path.rename(trash)
+            shutil.rmtree(trash)
+        tmp.rename(path)
+    finally:
+        _remove(tmp)
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically (see `atomic_path`); returns `path`."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically (see `atomic_path`); returns `path`."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path

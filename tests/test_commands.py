@@ -1,0 +1,28 @@
+"""`open_bank`, the one way commands and training open a bank: built or reused, then loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import TINY
+from omegaconf import OmegaConf
+
+from curi.commands import open_bank, open_bank_from_config
+from curi.errors import BankError
+
+
+def test_open_bank_reuses_a_built_bank(tiny_bank_dir):
+    bank = open_bank(TINY, tiny_bank_dir.parent, progress=False)
+    assert bank.path == tiny_bank_dir and len(bank) > 0
+    same = open_bank(dataclasses.asdict(TINY), tiny_bank_dir.parent, progress=False)
+    assert same.path == tiny_bank_dir and same.concepts == bank.concepts
+    with pytest.raises(BankError, match="different bank"):
+        open_bank(dataclasses.replace(TINY, seed=1), tiny_bank_dir.parent, progress=False)
+
+
+def test_a_commands_config_opens_the_same_bank(tiny_bank_dir):
+    cfg = OmegaConf.create(
+        {"bank": dataclasses.asdict(TINY), "data_dir": str(tiny_bank_dir.parent), "progress": False}
+    )
+    assert open_bank_from_config(cfg).path == tiny_bank_dir
