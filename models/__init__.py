@@ -1,9 +1,10 @@
-"""Prototypical-network baselines for CURI (spec section 8): modality encoders, poolers, the
+"""Prototypical-network baselines for CURI (paper Appendix E): modality encoders, poolers, the
 prototypical head and the concept decoder, each found by name through a small registry; the
-episode Dataset that renders a modality, training and evaluation."""
+episode Dataset that renders a modality, the runtime (device, DDP, AMP), training and
+evaluation."""
 
 from curi.models.checkpoint import load_checkpoint
-from curi.models.config import RunConfig, TrainSettings, build_model, resolve_device
+from curi.models.config import RunConfig, TrainSettings, build_model
 from curi.models.data import (
     EpisodeDataset,
     EvalSceneDataset,
@@ -43,6 +44,7 @@ from curi.models.protonet import (
     count_parameters,
     prototype_logits,
 )
+from curi.models.runtime import Runtime, resolve_device, start_runtime
 
 __all__ = [
     "SPECIALS",
@@ -60,6 +62,7 @@ __all__ = [
     "ProtoOutput",
     "RelationNetPooler",
     "RunConfig",
+    "Runtime",
     "SchemaEncoder",
     "SoundEncoder",
     "StepBatchSampler",
@@ -84,5 +87,6 @@ __all__ = [
     "register_encoder",
     "register_pooler",
     "resolve_device",
+    "start_runtime",
     "write_metrics",
 ]

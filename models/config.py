@@ -1,5 +1,6 @@
 """The configuration of a training run: the ``train`` settings, the whole-run config a
-checkpoint stores to rebuild itself, the device, the bank and the model it names."""
+checkpoint stores to rebuild itself, the bank and the model it names (the device is
+`curi.models.runtime`'s)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from curi.bank import BankConfig, build_bank, load_bank
+from curi.commands import open_bank as open_bank_at
 from curi.errors import ConfigError, known_options
 from curi.models.data import (
     encoder_options,
@@ -24,7 +25,6 @@ __all__ = [
     "build_model",
     "check_resumable",
     "open_bank",
-    "resolve_device",
 ]
 
 _AMP_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -175,41 +175,13 @@ class RunConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA if available else CPU; otherwise the named device, checked.
-
-    Raises:
-        ConfigError: an unknown device, or CUDA asked for but not available.
-    """
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"device={name} was asked for but CUDA is not available on this machine "
-                "(torch.cuda.is_available() is False); use device=cpu or device=auto"
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ConfigError(f"device={name}: only {torch.cuda.device_count()} GPU(s) here")
-    elif dev.type != "cpu":
-        raise ConfigError(f"device {name!r} is not supported; use auto, cpu, cuda or cuda:N")
-    return dev
-
-
 def open_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool = False):
-    """The run's bank: built (or reused) under `data_dir`, else the folder of `bank_path` (the
-    one a checkpoint recorded) when it holds the bank, else ``run.data_dir`` or the default."""
-    cfg = BankConfig.from_mapping(run.bank)
-    root = data_dir
-    if root is None and bank_path is not None and (Path(bank_path) / "manifest.json").is_file():
-        root = Path(bank_path).parent
-    if root is None:
-        root = run.data_dir
-    return load_bank(build_bank(cfg, root, progress=progress), verify=False)
+    """The run's bank (`curi.commands.open_bank`) under `data_dir`, else the folder of
+    `bank_path` (the one a checkpoint recorded) when it still holds the bank, else
+    ``run.data_dir`` or the default."""
+    if data_dir is None and bank_path is not None and (Path(bank_path) / "manifest.json").is_file():
+        data_dir = Path(bank_path).parent
+    return open_bank_at(run.bank, run.data_dir if data_dir is None else data_dir, progress=progress)
 
 
 def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:

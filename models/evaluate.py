@@ -4,11 +4,9 @@ accuracy), and evaluate a saved checkpoint on test episodes beside the Bayesian 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
+from curi.atomic import write_text
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
 from curi.models.data import (
@@ -29,6 +28,7 @@ from curi.models.data import (
     renders_on_cuda,
 )
 from curi.models.protonet import ProtoNet
+from curi.models.runtime import autocast, resolve_device, to_device
 from curi.oracles.gap import EvalSet, score_split
 from curi.oracles.metrics import (
     average_precision_batch,
@@ -37,28 +37,14 @@ from curi.oracles.metrics import (
 )
 
 __all__ = [
-    "autocast",
     "embed_eval_set",
     "evaluate_checkpoint",
     "evaluate_episodes",
     "log_odds",
-    "to_device",
     "write_metrics",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """Mixed precision on CUDA when `dtype` is given; a no-op elsewhere (AMP is CUDA-only)."""
-    if device.type != "cuda" or dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type="cuda", dtype=dtype)
-
-
-def to_device(batch: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
-    """The batch dict on `device` (non-blocking from pinned memory)."""
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def log_odds(prototypes: Tensor, embeddings: Tensor) -> Tensor:
@@ -189,12 +175,7 @@ def evaluate_episodes(
 
 def write_metrics(metrics: Mapping, path: str | Path) -> Path:
     """Write metrics as indented JSON (to a temporary name, then renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(metrics, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, json.dumps(metrics, indent=2) + "\n")
 
 
 def evaluate_checkpoint(
@@ -238,7 +219,7 @@ def evaluate_checkpoint(
         num_workers: DataLoader workers that render episodes.
         chunk: evaluation-set scenes rendered and embedded at once.
         oracles: also score the oracles (test subset only).
-        prior, likelihood: the oracles' options (see `curi.oracles.posterior.Oracle`).
+        prior, likelihood: the oracles' options (see `curi.oracles.Oracle`).
         progress: show progress bars.
 
     Returns:
@@ -250,7 +231,7 @@ def evaluate_checkpoint(
         ConfigError: missing or unreadable checkpoint, bad options, or CUDA asked for but absent.
     """
     from curi.models.checkpoint import load_checkpoint
-    from curi.models.config import RunConfig, build_model, open_bank, resolve_device
+    from curi.models.config import RunConfig, build_model, open_bank
     from curi.splits import make_split
 
     ckpt, path = load_checkpoint(checkpoint)

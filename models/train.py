@@ -1,7 +1,8 @@
-"""Training of the prototypical-network baselines (spec section 8, paper Appendix E): Adam with
-the modality's learning rate, AMP on CUDA, gradient clipping, checkpoints that hold the config
-that made them, exact resume, validation mAP / CBA with the best checkpoint kept, and DDP under
-``torchrun``. Plain arguments only: the command line lives in `curi.models.cli`."""
+"""Training of the prototypical-network baselines (paper Appendix E): Adam with the modality's
+learning rate, gradient clipping, checkpoints that hold the config that made them, exact
+resume, validation mAP / CBA with the best checkpoint kept. `train` wires the parts; the step
+loop and validation are below it; device, DDP and AMP come from `curi.models.runtime`. Plain
+arguments only: the command line lives in `curi.models.cli`."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
+from torch import Tensor
 from torch.utils.data import DataLoader
 
+from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
 from curi.models.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -25,7 +26,7 @@ from curi.models.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from curi.models.config import RunConfig, build_model, check_resumable, open_bank, resolve_device
+from curi.models.config import RunConfig, build_model, check_resumable, open_bank
 from curi.models.data import (
     EpisodeDataset,
     StepBatchSampler,
@@ -34,35 +35,17 @@ from curi.models.data import (
     make_renderer,
     renders_on_cuda,
 )
-from curi.models.evaluate import autocast, evaluate_episodes, to_device
+from curi.models.evaluate import evaluate_episodes
+from curi.models.protonet import ProtoNet, ProtoOutput
+from curi.models.runtime import Runtime, start_runtime
 from curi.oracles.gap import EvalSet
+from curi.renderers import Renderer
 from curi.rng import derive_rng
 from curi.splits import make_split
 
 __all__ = ["train"]
 
 log = logging.getLogger(__name__)
-
-
-def _distributed(device: str) -> tuple[int, int, torch.device, bool]:
-    """(rank, world, device, initialised_here) under ``torchrun`` (WORLD_SIZE > 1) or not."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1, resolve_device(device), False
-    base = resolve_device(device)
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if base.type == "cuda":
-        torch.cuda.set_device(local)
-        base = torch.device("cuda", local)
-    initialised = not dist.is_initialized()
-    if initialised:
-        dist.init_process_group("nccl" if base.type == "cuda" else "gloo")
-    return rank, world, base, initialised
-
-
-def _step_seed(seed: int, step: int) -> int:
-    """Torch seed of one step (dropout): a pure function of (seed, step), so resume is exact."""
-    return int(derive_rng(seed, "torch-step", step).integers(2**62))
 
 
 def train(
@@ -99,162 +82,321 @@ def train(
         ConfigError: bad config, CUDA asked for but absent, or a resume checkpoint made by a
             different config.
     """
-    from tqdm import tqdm
+    rt = start_runtime(run.device, settings=run.train)
+    try:
+        fit = _wire(run, rt, Path(run_dir), bank=bank, resume=resume, progress=progress)
+        try:
+            done, seconds = _run_steps(fit, progress=progress)
+        finally:
+            fit.logger.close()
+        return fit.summary(done, seconds)
+    finally:
+        rt.close()
 
-    rank, world, device, own_pg = _distributed(run.device)
-    run_dir = Path(run_dir)
-    ckpt_dir = run_dir / "checkpoints"
+
+# --- wiring ----------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Val:
+    """Validation so far: the best val mAP and its step, and the latest val metrics."""
+
+    best_map: float = -math.inf
+    best_step: int | None = None
+    last: dict | None = None
+
+
+@dataclasses.dataclass
+class _Fit:
+    """A wired training run: what the step loop and validation read and update."""
+
+    run: RunConfig  # with the bank's full config, as checkpoints store it
+    rt: Runtime
+    run_dir: Path
+    bank: ConceptBank
+    model: ProtoNet  # unwrapped: checkpoints, clipping and validation use it
+    net: torch.nn.Module  # what the step runs: `model`, or its DDP wrapper
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    loader: DataLoader
+    val: EpisodeSampler
+    eval_set: EvalSet
+    logger: MetricLogger
+    batch: int  # episodes per step and process
+    lr: float
+    max_len: int
+    workers: int  # DataLoader workers (0 when the renderer runs on CUDA)
+    counts: dict[str, int]
+    start: int
+    state: _Val
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def payload(self, step: int) -> dict:
+        """What a checkpoint holds: enough to resume exactly and to rebuild the model."""
+        return {
+            "format": CHECKPOINT_FORMAT, "step": step, "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+            "config": self.run.to_dict(), "bank_path": str(self.bank.path),
+            "max_len": self.max_len, "best_map": self.state.best_map,
+            "best_step": self.state.best_step, "val": self.state.last, "parameters": self.counts,
+        }  # fmt: skip
+
+    def save(self, step: int) -> None:
+        """``step_XXXXXXX.pt``, and ``last.pt`` as the same file (rank 0 only)."""
+        if self.rt.is_main:
+            path = self.ckpt_dir / f"step_{step:07d}.pt"
+            save_checkpoint(self.payload(step), path)
+            link_checkpoint(path, self.ckpt_dir / "last.pt")
+
+    def summary(self, done: int, seconds: float) -> dict:
+        """The run's summary; rank 0 also writes it to ``summary.json``."""
+        world = self.rt.world_size
+        summary = {
+            "run_dir": str(self.run_dir),
+            "steps": done,
+            "best_map": self.state.best_map if self.state.best_step is not None else None,
+            "best_step": self.state.best_step,
+            "val": self.state.last,
+            "best": str(self.ckpt_dir / "best.pt"),
+            "last": str(self.ckpt_dir / "last.pt"),
+            "parameters": self.counts,
+            "episodes_per_s": (done - self.start) * self.batch * world / seconds
+            if seconds else None,
+            "device": str(self.rt.device),
+            "world_size": world,
+        }  # fmt: skip
+        if self.rt.is_main:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+
+def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress: bool) -> _Fit:
+    """Build the run's parts. Config errors (modality, batch size, learning rate) come before
+    the bank is built; the optimiser state is restored before DDP copies rank 0's weights."""
     s = run.train
     renderer = make_renderer(run.modality)
-    modality = renderer.name
-    batch, lr = s.batch_for(modality), s.lr_for(modality)
-    amp_dtype = s.autocast_dtype(device)
+    batch, lr = s.batch_for(renderer.name), s.lr_for(renderer.name)
     if bank is None:
-        if rank != 0:
-            dist.barrier()  # rank 0 builds a missing bank first
-        bank = open_bank(run, progress=progress and rank == 0)
-        if rank == 0 and world > 1:
-            dist.barrier()
+        with rt.main_first():  # rank 0 builds a missing bank, the others then read it
+            bank = open_bank(run, progress=progress and rt.is_main)
     run = dataclasses.replace(run, bank=dict(bank.config))
     split = make_split(bank, run.split)
-    model = build_model(run, renderer).to(device)
-    counts = model.parameter_counts()
+    model = build_model(run, renderer).to(rt.device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
-    start, best_map, best_step, last_val = 0, -math.inf, None, None
+    scaler = rt.grad_scaler()
+    start, state = 0, _Val()
     if resume is not None:
-        ckpt, path = load_checkpoint(Path(resume) / "checkpoints" / "last.pt"
-                                     if Path(resume).is_dir() else resume)  # fmt: skip
-        check_resumable(RunConfig.from_mapping(ckpt["config"]), run, path)
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        if ckpt.get("scaler"):
-            scaler.load_state_dict(ckpt["scaler"])
-        start, best_map = int(ckpt["step"]), float(ckpt.get("best_map", -math.inf))
-        best_step, last_val = ckpt.get("best_step"), ckpt.get("val")
-        log.info("resumed from %s at step %d", path, start)
-    raw = model
-    if world > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
+        start, state = _resume(resume, run, model, opt, scaler)
+    net = rt.wrap(model)
     max_len = concept_max_len(bank)
     pool = EpisodeSampler(bank, split, "train", run.negatives, seed=run.seed,
                           size=s.train_episodes)  # fmt: skip
-    val = EpisodeSampler(bank, split, "val", run.negatives, seed=run.seed, size=s.val_episodes)
-    ev = EvalSet.from_bank(bank)
-    workers, on_gpu = s.num_workers, renders_on_cuda(run.modality)
-    if on_gpu:
-        workers = 0  # a CUDA renderer cannot run in forked workers: render in this process
-    elif device.type == "cuda" and modality == "image":
-        log.warning("images render on the CPU in workers; modality.device=cuda renders on the GPU")
-    loader = DataLoader(
+    workers = _loader_workers(run, renderer, rt)
+    loader = _train_loader(run, rt, pool, batch, start=start, workers=workers, max_len=max_len)
+    fit = _Fit(
+        run=run, rt=rt, run_dir=run_dir, bank=bank, model=model, net=net, opt=opt,
+        scaler=scaler, loader=loader,
+        val=EpisodeSampler(bank, split, "val", run.negatives, seed=run.seed,
+                           size=s.val_episodes),
+        eval_set=EvalSet.from_bank(bank), logger=MetricLogger(run_dir, enabled=rt.is_main),
+        batch=batch, lr=lr, max_len=max_len, workers=workers,
+        counts=model.parameter_counts(), start=start, state=state,
+    )  # fmt: skip
+    _log_start(fit, renderer)
+    return fit
+
+
+def _resume(resume, run: RunConfig, model, opt, scaler) -> tuple[int, _Val]:
+    """Load a checkpoint (a file, or a run directory's ``last.pt``) into the model, optimiser
+    and scaler after checking it was made by a config that computes the same steps.
+
+    Returns:
+        ``(step, validation state)`` saved with it.
+    """
+    ckpt, path = load_checkpoint(Path(resume) / "checkpoints" / "last.pt"
+                                 if Path(resume).is_dir() else resume)  # fmt: skip
+    check_resumable(RunConfig.from_mapping(ckpt["config"]), run, path)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    if ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
+    state = _Val(float(ckpt.get("best_map", -math.inf)), ckpt.get("best_step"), ckpt.get("val"))
+    log.info("resumed from %s at step %d", path, int(ckpt["step"]))
+    return int(ckpt["step"]), state
+
+
+def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
+    """DataLoader workers: none when the renderer runs on CUDA (CUDA does not survive a fork,
+    so it renders in this process), else ``train.num_workers``."""
+    if renders_on_cuda(run.modality):
+        return 0
+    if rt.device.type == "cuda" and renderer.gpu_capable:
+        log.warning(
+            "%s scenes render on the CPU in workers; modality.device=cuda renders them on the "
+            "GPU", renderer.name,
+        )  # fmt: skip
+    return run.train.num_workers
+
+
+def _train_loader(run: RunConfig, rt: Runtime, pool: EpisodeSampler, batch: int, *, start: int,
+                  workers: int, max_len: int) -> DataLoader:  # fmt: skip
+    """The training episodes of steps ``start..steps`` for this process, one batch per step."""
+    return DataLoader(
         EpisodeDataset(pool, run.modality, max_len=max_len),
         batch_sampler=StepBatchSampler(
-            len(pool), batch, seed=run.seed, start=start, stop=s.steps, rank=rank, world=world
-        ),
+            len(pool),
+            batch,
+            seed=run.seed,
+            start=start,
+            stop=run.train.steps,
+            rank=rt.rank,
+            world=rt.world_size,
+        ),  # fmt: skip
         collate_fn=collate_episodes,
         num_workers=workers,
-        pin_memory=device.type == "cuda" and not on_gpu,
+        pin_memory=rt.device.type == "cuda" and not renders_on_cuda(run.modality),
     )
-    logger = MetricLogger(run_dir, enabled=rank == 0)
+
+
+def _log_start(fit: _Fit, renderer: Renderer) -> None:
+    s, rt = fit.run.train, fit.rt
     log.info(
         "training %s/%s on %s (%d process(es)): %d steps from %d, %d episodes/step/process, "
-        "lr %g, alpha %g; parameters %s", modality, run.pooling["name"], device, world, s.steps,
-        start, batch, lr, s.alpha, ", ".join(f"{k} {v:,}" for k, v in counts.items()),
+        "lr %g, alpha %g; parameters %s", renderer.name, fit.run.pooling["name"], rt.device,
+        rt.world_size, s.steps, fit.start, fit.batch, fit.lr, s.alpha,
+        ", ".join(f"{k} {v:,}" for k, v in fit.counts.items()),
     )  # fmt: skip
-    if rank == 0:
-        logger.log(start, "params", counts)
+    if rt.is_main:
+        fit.logger.log(fit.start, "params", fit.counts)
 
-    def checkpoint_payload(step: int) -> dict:
-        return {
-            "format": CHECKPOINT_FORMAT, "step": step, "model": raw.state_dict(),
-            "optimizer": opt.state_dict(), "scaler": scaler.state_dict() if scaler.is_enabled()
-            else None, "config": run.to_dict(), "bank_path": str(bank.path), "max_len": max_len,
-            "best_map": best_map, "best_step": best_step, "val": last_val, "parameters": counts,
-        }  # fmt: skip
 
-    window = {"loss": 0.0, "query_loss": 0.0, "concept_loss": 0.0, "grad_norm": 0.0, "n": 0}
-    t_window, train_time, done = time.perf_counter(), 0.0, start
-    bar = tqdm(total=s.steps, initial=start, desc="train", disable=not progress or rank != 0)
+# --- the step loop ---------------------------------------------------------------------------
+def _step_seed(seed: int, step: int) -> int:
+    """Torch seed of one step (dropout): a pure function of (seed, step), so resume is exact."""
+    return int(derive_rng(seed, "torch-step", step).integers(2**62))
+
+
+def _due(done: int, every: int, steps: int) -> bool:
+    """Whether something done every `every` steps (and at the end) is due after `done`."""
+    return done % every == 0 or done == steps
+
+
+def _train_step(fit: _Fit, cpu_batch: dict[str, Tensor], step: int) -> tuple[ProtoOutput, Tensor]:
+    """One optimisation step: batch to the device, forward (AMP) with dropout seeded from
+    (seed, step), backward, unscale and clip the gradient, Adam.
+
+    Returns:
+        The model's output and the gradient norm before clipping.
+    """
+    rt, s = fit.rt, fit.run.train
+    fit.net.train()
+    batch = rt.to_device(cpu_batch)
+    with rt.seeded(_step_seed(fit.run.seed, step)):
+        with rt.autocast():
+            out = fit.net(batch)
+        fit.opt.zero_grad(set_to_none=True)
+        fit.scaler.scale(out.loss).backward()
+    fit.scaler.unscale_(fit.opt)
+    clip = s.grad_clip if s.grad_clip is not None else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(fit.model.parameters(), clip)
+    fit.scaler.step(fit.opt)
+    fit.scaler.update()
+    return out, grad_norm
+
+
+class _Window:
+    """Loss and gradient-norm sums over one logging window, kept on the device (no sync each
+    step), and the window's clock; `seconds` adds up the windows (training time without
+    validation and saving)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.restart()
+
+    def restart(self) -> None:
+        self.sums = dict.fromkeys(("loss", "query_loss", "concept_loss", "grad_norm"), 0.0)
+        self.n, self.t0 = 0, time.perf_counter()
+
+    def add(self, out: ProtoOutput, grad_norm: Tensor) -> None:
+        self.sums["loss"] += out.loss.detach()
+        self.sums["query_loss"] += out.query_loss.detach()
+        if out.concept_loss is not None:
+            self.sums["concept_loss"] += out.concept_loss.detach()
+        self.sums["grad_norm"] += grad_norm.detach()
+        self.n += 1
+
+    def means(self, *, concept: bool, episodes_per_step: int) -> dict[str, float]:
+        """Window means (without ``concept_loss`` when there is no decoder) and episodes per
+        second; the clock stops after the sums reach the host, so it counts GPU work too."""
+        vals = {k: float(v) / self.n for k, v in self.sums.items()}
+        if not concept:
+            vals.pop("concept_loss")
+        dt = time.perf_counter() - self.t0
+        self.seconds += dt
+        vals["episodes_per_s"] = self.n * episodes_per_step / dt
+        return vals
+
+
+def _log_train(fit: _Fit, window: _Window, out: ProtoOutput, done: int, bar) -> None:
+    vals = window.means(concept=out.concept_loss is not None,
+                        episodes_per_step=fit.batch * fit.rt.world_size)  # fmt: skip
+    vals["lr"] = fit.lr
+    fit.logger.log(done, "train", vals)
+    bar.set_postfix(loss=f"{vals['loss']:.4f}")
+    if not math.isfinite(vals["loss"]):
+        log.warning("step %d: loss is %s; lower train.lr or set train.grad_clip", done,
+                    vals["loss"])  # fmt: skip
+
+
+def _run_steps(fit: _Fit, *, progress: bool) -> tuple[int, float]:
+    """Steps ``start..steps``: train, log every ``log_every``, validate every ``eval_every``,
+    checkpoint every ``checkpoint_every`` steps, and all three at the end.
+
+    Returns:
+        ``(steps done, seconds spent training)``.
+    """
+    from tqdm import tqdm
+
+    s, done = fit.run.train, fit.start
+    window = _Window()
+    bar = tqdm(total=s.steps, initial=fit.start, desc="train",
+               disable=not progress or not fit.rt.is_main)  # fmt: skip
     try:
-        for step, cpu_batch in zip(range(start, s.steps), loader, strict=True):
-            model.train()
-            batch_t = to_device(cpu_batch, device)
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(_step_seed(run.seed, step))
-                with autocast(device, amp_dtype):
-                    out = model(batch_t)
-                opt.zero_grad(set_to_none=True)
-                scaler.scale(out.loss).backward()
-            scaler.unscale_(opt)
-            clip = s.grad_clip if s.grad_clip is not None else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), clip)
-            scaler.step(opt)
-            scaler.update()
+        for step, cpu_batch in zip(range(fit.start, s.steps), fit.loader, strict=True):
+            out, grad_norm = _train_step(fit, cpu_batch, step)
             done = step + 1
-            window["loss"] += out.loss.detach()
-            window["query_loss"] += out.query_loss.detach()
-            if out.concept_loss is not None:
-                window["concept_loss"] += out.concept_loss.detach()
-            window["grad_norm"] += grad_norm.detach()
-            window["n"] += 1
+            window.add(out, grad_norm)
             bar.update(1)
-            if done % s.log_every == 0 or done == s.steps:
-                n = window.pop("n")
-                vals = {k: float(v) / n for k, v in window.items()}
-                if out.concept_loss is None:
-                    vals.pop("concept_loss")
-                dt = time.perf_counter() - t_window
-                train_time += dt
-                vals["episodes_per_s"] = n * batch * world / dt
-                vals["lr"] = lr
-                logger.log(done, "train", vals)
-                bar.set_postfix(loss=f"{vals['loss']:.4f}")
-                if not math.isfinite(vals["loss"]):
-                    log.warning("step %d: loss is %s; lower train.lr or set train.grad_clip",
-                                done, vals["loss"])  # fmt: skip
-                window = dict.fromkeys(window, 0.0) | {"n": 0}
-            if done % s.eval_every == 0 or done == s.steps:
-                if world > 1:  # BatchNorm running stats are per process: take rank 0's
-                    for buf in raw.buffers():
-                        dist.broadcast(buf, 0)
-                last_val = evaluate_episodes(
-                    raw, val, run.modality, device=device,
-                    batch_size=s.eval_batch_size or batch, num_workers=workers,
-                    chunk=s.eval_chunk, max_len=max_len, eval_set=ev, amp_dtype=amp_dtype,
-                )  # fmt: skip
-                logger.log(done, "val", last_val)
-                log.info("step %d: val mAP %.4f CBA %.4f", done, last_val["map"],
-                         last_val["cba"])  # fmt: skip
-                if last_val["map"] > best_map:
-                    best_map, best_step = last_val["map"], done
-                    if rank == 0:
-                        save_checkpoint(checkpoint_payload(done), ckpt_dir / "best.pt")
-            if rank == 0 and (done % s.checkpoint_every == 0 or done == s.steps):
-                path = ckpt_dir / f"step_{done:07d}.pt"
-                save_checkpoint(checkpoint_payload(done), path)
-                link_checkpoint(path, ckpt_dir / "last.pt")
-            if done % s.log_every == 0 or done == s.steps:
-                t_window = time.perf_counter()  # the next window excludes eval and saving
+            if _due(done, s.log_every, s.steps):
+                _log_train(fit, window, out, done, bar)
+            if _due(done, s.eval_every, s.steps):
+                _validate(fit, done)
+            if _due(done, s.checkpoint_every, s.steps):
+                fit.save(done)
+            if _due(done, s.log_every, s.steps):
+                window.restart()  # the next window excludes validation and saving
     finally:
         bar.close()
-        logger.close()
-        if own_pg:
-            dist.destroy_process_group()
-    summary = {
-        "run_dir": str(run_dir),
-        "steps": done,
-        "best_map": best_map if best_step is not None else None,
-        "best_step": best_step,
-        "val": last_val,
-        "best": str(ckpt_dir / "best.pt"),
-        "last": str(ckpt_dir / "last.pt"),
-        "parameters": counts,
-        "episodes_per_s": (done - start) * batch * world / train_time if train_time else None,
-        "device": str(device),
-        "world_size": world,
-    }
-    if rank == 0:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    return done, window.seconds
+
+
+# --- validation ------------------------------------------------------------------------------
+def _validate(fit: _Fit, done: int) -> None:
+    """Val mAP on the bank's evaluation set and class-balanced accuracy on the val episodes
+    (`evaluate_episodes`); a new best val mAP writes ``best.pt``."""
+    fit.rt.broadcast_buffers(fit.model)  # every process validates rank 0's model
+    s = fit.run.train
+    val = evaluate_episodes(
+        fit.model, fit.val, fit.run.modality, device=fit.rt.device,
+        batch_size=s.eval_batch_size or fit.batch, num_workers=fit.workers, chunk=s.eval_chunk,
+        max_len=fit.max_len, eval_set=fit.eval_set, amp_dtype=fit.rt.amp_dtype,
+    )  # fmt: skip
+    fit.state.last = val
+    fit.logger.log(done, "val", val)
+    log.info("step %d: val mAP %.4f CBA %.4f", done, val["map"], val["cba"])
+    if val["map"] > fit.state.best_map:
+        fit.state.best_map, fit.state.best_step = val["map"], done
+        if fit.rt.is_main:
+            save_checkpoint(fit.payload(done), fit.ckpt_dir / "best.pt")

@@ -5,6 +5,8 @@ against a brute-force AP, the `curi train` / `curi eval` commands and their conf
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,13 +29,16 @@ from curi.models import (
     build_model,
     collate_episodes,
     evaluate_episodes,
+    list_poolers,
     load_checkpoint,
     make_renderer,
     resolve_device,
+    start_runtime,
 )
 from curi.models import cli as models_cli
 from curi.models.train import train
 from curi.oracles.metrics import average_precision, class_balanced_accuracy
+from curi.renderers import list_renderers
 
 SCHEMA = {"name": "schema"}
 
@@ -228,8 +233,8 @@ def test_concept_loss_falls_on_a_tiny_set(tiny_bank, tmp_path):
     assert summary["val"]["concept_loss"] is not None and summary["steps"] == 40
 
 
-@pytest.mark.parametrize("pooling", ["avg", "concat", "relation_net", "transformer"])
-@pytest.mark.parametrize("modality", ["schema", "image", "sound"])
+@pytest.mark.parametrize("pooling", list_poolers())
+@pytest.mark.parametrize("modality", list_renderers())
 def test_every_config_option_builds_its_model(tiny_bank_dir, tmp_path, modality, pooling):
     cfg = _train_cfg(tiny_bank_dir, tmp_path, f"modality={modality}", f"pooling={pooling}")
     run = models_cli.run_config(cfg)
@@ -292,3 +297,68 @@ def test_curi_train_then_eval_write_checkpoints_and_metrics(tiny_bank_dir, tmp_p
     assert oracles["episodes"] == 20
     assert oracles["map_strong"] >= oracles["map_weak"] > oracles["map_random"] > 0
     assert {"cba_strong", "cba_weak", "cba_random", "cba_pooled_strong"} <= set(oracles)
+
+
+# --- the runtime: device, DDP, AMP -----------------------------------------------------------
+def test_runtime_of_a_single_cpu_process(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    rt = start_runtime("cpu", settings=TrainSettings(amp=True, amp_dtype="float16"))
+    assert (rt.device, rt.rank, rt.world_size, rt.is_main) == (torch.device("cpu"), 0, 1, True)
+    assert rt.amp_dtype is None and not rt.grad_scaler().is_enabled()  # AMP is CUDA-only
+    model = torch.nn.Linear(3, 2)
+    assert rt.wrap(model) is model
+    with rt.autocast():
+        assert model(torch.ones(1, 3)).dtype == torch.float32
+    before = torch.random.get_rng_state()
+    with rt.seeded(7):
+        a = torch.rand(4)
+    with rt.seeded(7):
+        b = torch.rand(4)
+    assert torch.equal(a, b) and torch.equal(torch.random.get_rng_state(), before)
+    with rt.main_first():  # alone: no barrier to wait at
+        rt.broadcast_buffers(torch.nn.BatchNorm1d(2))
+    rt.close()
+    with pytest.raises(ConfigError, match="unknown device"):
+        start_runtime("tpu")
+
+
+_DDP_CHILD = """
+import json, sys, torch
+torch.set_num_threads(1)
+from curi import load_bank
+from curi.models import RunConfig, TrainSettings
+from curi.models.train import train
+bank = load_bank(sys.argv[1])
+s = TrainSettings(steps=2, batch_size=2, train_episodes=16, log_every=1, eval_every=2,
+                  checkpoint_every=2, val_episodes=2, num_workers=0)
+run = RunConfig(bank=bank.config, pooling={"name": "avg"}, train=s, device="cpu")
+print(json.dumps(train(run, run_dir=sys.argv[2], bank=bank, progress=False)))
+"""
+
+
+def test_two_processes_train_with_ddp_and_rank_0_writes(tiny_bank_dir, tmp_path):
+    with socket.socket() as sock:  # a free port for the gloo rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run_dir = tmp_path / "run"
+    procs = []
+    for rank in (0, 1):
+        env = os.environ | {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", _DDP_CHILD, str(tiny_bank_dir), str(run_dir)], env=env,
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:  # a rank that failed leaves the other waiting at a collective
+            p.kill()
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+    s0, s1 = (json.loads(out.splitlines()[-1]) for out, _ in outs)
+    assert s0["world_size"] == s1["world_size"] == 2 and s0["steps"] == s1["steps"] == 2
+    assert s0["val"]["map"] == s1["val"]["map"]  # every process validated rank 0's model
+    names = {p.name for p in (run_dir / "checkpoints").glob("*.pt")}
+    assert names == {"step_0000002.pt", "last.pt", "best.pt"}
+    assert [r["step"] for r in _log(run_dir, "train")] == [1, 2]  # one writer: no duplicates
