@@ -1,12 +1,23 @@
 """Split rules on hand-made concept lists, configs from YAML and Python, and the checks."""
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from curi import SplitError, parse
-from curi.splits import PAPER_SPLITS, SplitSpec, list_splits, make_split
+from curi.splits import (
+    PAPER_SPLITS,
+    SPLIT_RULES,
+    Split,
+    SplitSpec,
+    finish,
+    list_split_rules,
+    list_splits,
+    make_split,
+    register_split_rule,
+)
 
 
 @dataclass
@@ -119,3 +130,148 @@ def test_paper_splits_on_a_real_bank_are_disjoint(tiny_bank):
 def test_bad_split_configs_are_clear_errors(cfg, match):
     with pytest.raises(SplitError, match=match):
         make_split(BANK, cfg)
+
+
+# One minimal config per registered rule: a rule registered without an example fails below.
+RULE_EXAMPLES = {
+    "all": lambda tmp: {"rule": "all"},
+    "random_groups": lambda tmp: {"rule": "random_groups", "fractions": [0.6, 0.2, 0.2]},
+    "binding": lambda tmp: {"rule": "binding", "held_out": ["purple"], "held_in": ["red"]},
+    "pairs": lambda tmp: {"rule": "pairs", "pairs": [["green", "metal"]], "val": "disjoint"},
+    "length": lambda tmp: {"rule": "length", "threshold": 8},
+    "file": lambda tmp: {
+        "rule": "file",
+        "path": str(make_split(BANK, "binding_color").save(tmp / "bc.json", BANK)),
+    },
+}
+
+
+def check_invariants(s: Split, bank) -> None:
+    """What every split of every rule must satisfy."""
+    n = len(bank)
+    for part in ("train", "val", "test", "dropped"):
+        a = getattr(s, part)
+        assert a.ndim == 1 and np.issubdtype(a.dtype, np.integer), part
+        assert np.all(np.diff(a) > 0), f"{part} is not sorted and unique"
+        assert a.size == 0 or (a.min() >= 0 and a.max() < n), part
+    used = np.unique(np.r_[s.train, s.val, s.test])
+    assert not set(s.dropped) & set(used), "a dropped concept is also used"
+    assert sorted(np.r_[used, s.dropped].tolist()) == list(range(n)), "a concept is lost"
+    if not np.array_equal(s.train, s.test):  # only Instance IID shares train and test
+        assert not set(s.train) & set(s.test)
+    assert np.array_equal(s.val, s.test) or not set(s.val) & set(s.test)
+
+
+def test_every_registered_rule_has_an_example():
+    missing = set(list_split_rules()) - set(RULE_EXAMPLES)
+    assert not missing, f"add a minimal config to RULE_EXAMPLES for {sorted(missing)}"
+
+
+@pytest.mark.parametrize("rule", list_split_rules())
+def test_every_rule_makes_a_valid_split(rule, tmp_path):
+    cfg = {"name": f"example_{rule}", **RULE_EXAMPLES[rule](tmp_path)}
+    s = make_split(BANK, cfg)
+    assert s.name == cfg["name"]
+    check_invariants(s, BANK)
+    again = make_split(BANK, cfg)  # same config, same split
+    for part in ("train", "val", "test", "dropped"):
+        assert np.array_equal(getattr(s, part), getattr(again, part)), part
+
+
+def test_paper_splits_keep_the_invariants(tiny_bank):
+    for name in PAPER_SPLITS:
+        check_invariants(make_split(tiny_bank, name), tiny_bank)
+
+
+def _same(a: Split, b: Split) -> bool:
+    return all(np.array_equal(getattr(a, p), getattr(b, p)) for p in ("train", "val", "test"))
+
+
+@pytest.mark.parametrize("name", ["binding_color", "instance_iid", "concept_iid"])
+def test_saved_split_round_trip(name, tmp_path):
+    s = make_split(BANK, name)
+    path = s.save(tmp_path / "sub" / "s.json", BANK)
+    assert [p.name for p in path.parent.iterdir()] == ["s.json"]  # no temporary file left
+    doc = json.loads(path.read_text())
+    assert doc["bank"]["num_concepts"] == len(C) and len(doc["bank"]["concepts_sha256"]) == 64
+    for loaded in (make_split(BANK, path), make_split(BANK, str(path))):
+        assert loaded.name == name and _same(loaded, s)
+        assert np.array_equal(loaded.dropped, s.dropped)
+    named = make_split(BANK, {"name": "again", "rule": "file", "path": str(path)})
+    assert named.name == "again" and _same(named, s)
+
+
+def test_saved_split_refuses_another_bank(tmp_path):
+    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    for other in (FakeBank(C[:-1], BANK.groups[:-1]), FakeBank(C[::-1], BANK.groups[::-1])):
+        with pytest.raises(SplitError, match="saved for another bank"):
+            make_split(other, path)
+
+
+def test_saved_split_errors_are_clear(tmp_path):
+    with pytest.raises(SplitError, match="not found"):
+        make_split(BANK, tmp_path / "missing.json")
+    with pytest.raises(SplitError, match="not found"):
+        make_split(BANK, {"name": "x", "rule": "file", "path": str(tmp_path / "missing.json")})
+    with pytest.raises(SplitError, match="needs the path"):
+        make_split(BANK, {"name": "x", "rule": "file"})
+    with pytest.raises(SplitError, match="unknown split 'missing.json'"):
+        make_split(BANK, "missing.json")  # a string that names no preset and no file
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SplitError, match="not readable JSON"):
+        make_split(BANK, bad)
+    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "test": [0, len(C)]}))
+    with pytest.raises(SplitError, match="outside"):
+        make_split(BANK, path)
+    path.write_text(json.dumps({**doc, "test": doc["train"][:1]}))
+    with pytest.raises(SplitError, match="both train and test"):
+        make_split(BANK, path)
+
+
+@pytest.mark.parametrize("name", ["../split/binding_color", "split/binding_color", "x.yaml"])
+def test_a_preset_name_is_never_a_path(name):
+    with pytest.raises(SplitError, match="unknown split"):
+        make_split(BANK, name)
+
+
+@pytest.fixture
+def scratch_rules(monkeypatch):
+    """Rules registered in a test vanish after it (the registry is process-wide)."""
+    monkeypatch.setattr(SPLIT_RULES, "_entries", dict(SPLIT_RULES._entries))
+
+
+def test_a_registered_rule_is_usable_by_name(scratch_rules):
+    @dataclass(frozen=True)
+    class EveryOtherOptions:
+        offset: int = 0
+
+    @register_split_rule("every_other", options=EveryOtherOptions)
+    def every_other(spec, bank):
+        test = (np.arange(len(bank)) + spec.options.offset) % 2 == 0
+        return finish(spec.name, bank, ~test, test, val=spec.val, seed=spec.seed)
+
+    assert "every_other" in list_split_rules()
+    s = make_split(BANK, {"name": "odd", "rule": "every_other", "offset": 1})
+    assert s.test.tolist() == [1, 3, 5, 7, 9] and s.name == "odd"
+    check_invariants(s, BANK)
+    assert SplitSpec(name="odd", rule="every_other", offset=1).offset == 1
+    with pytest.raises(SplitError, match="unknown split option"):
+        make_split(BANK, {"name": "odd", "rule": "every_other", "ofset": 1})
+
+
+def test_rule_options_belong_to_their_rule():
+    spec = SplitSpec.from_mapping({"name": "t", "rule": "threshold", "threshold": 8})
+    assert spec.rule == "length" and spec.threshold == 8  # threshold: another name of length
+    length = {"name": "t", "rule": "length", "threshold": 8}
+    assert _same(make_split(BANK, spec), make_split(BANK, length))
+    # a key of another rule is ignored, as the flat spec of earlier versions accepted it
+    plain = make_split(BANK, {"name": "b", "rule": "binding", "held_out": ["purple"]})
+    extra = make_split(
+        BANK, {"name": "b", "rule": "binding", "held_out": ["purple"], "threshold": 3}
+    )
+    assert _same(plain, extra)
+    with pytest.raises(SplitError, match="needs a number as threshold"):
+        make_split(BANK, {"name": "x", "rule": "length", "threshold": "long"})

@@ -1,0 +1,137 @@
+"""Saved splits: `save_split` writes a split to a small JSON file and the ``file`` rule reads it
+back, refusing a bank whose concepts differ from the one it was made on (indices would then
+name other concepts). Useful for generated splits that are costly to search again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from curi.atomic import write_text
+from curi.errors import SplitError
+from curi.splits.base import SUBSETS, Split, check_split
+from curi.splits.rules import register_split_rule
+from curi.splits.spec import SplitSpec
+
+__all__ = ["FileOptions", "bank_identity", "load_split", "save_split"]
+
+FORMAT = "curi-split"
+VERSION = 1
+PARTS = (*SUBSETS, "dropped")
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """Options of ``file``.
+
+    Attributes:
+        path: the JSON file written by `Split.save` (``~`` is expanded; a relative path is
+            relative to the working directory).
+    """
+
+    path: str = ""
+
+    def __post_init__(self) -> None:
+        if not str(self.path or ""):
+            raise SplitError("rule file needs the path of a saved split (path: my_split.json)")
+        object.__setattr__(self, "path", str(self.path))
+
+
+def bank_identity(bank) -> dict:
+    """What a saved split records of its bank: the number of concepts and a sha256 of the
+    concept strings in order, which together fix what each concept index means."""
+    digest = hashlib.sha256("\n".join(bank.concepts).encode()).hexdigest()
+    return {"num_concepts": len(bank.concepts), "concepts_sha256": digest}
+
+
+def save_split(split: Split, bank, path: str | Path) -> Path:
+    """Write `split` of `bank` to `path` (JSON) atomically (`curi.atomic`): a reader never sees
+    half a file.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path).expanduser()
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": split.name,
+        "bank": bank_identity(bank),
+        **{part: np.asarray(getattr(split, part)).astype(int).tolist() for part in PARTS},
+    }
+    write_text(path, json.dumps(doc) + "\n")
+    return path
+
+
+def load_split(bank, path: str | Path, *, name: str | None = None) -> Split:
+    """Read a split saved by `save_split` for `bank`.
+
+    Args:
+        bank: the bank to split; it must hold the same concepts as the one saved with the split.
+        path: the JSON file.
+        name: the split's name; default: the name saved in the file.
+
+    Raises:
+        SplitError: a missing or malformed file, or one saved for another bank.
+    """
+    path = Path(path).expanduser()
+    doc = _read(path)
+    want, have = doc["bank"], bank_identity(bank)
+    if {k: want.get(k) for k in have} != have:
+        raise SplitError(
+            f"split file {str(path)!r} was saved for another bank ({want.get('num_concepts')} "
+            f"concepts, sha256 {str(want.get('concepts_sha256'))[:12]}); this bank has "
+            f"{have['num_concepts']} concepts (sha256 {have['concepts_sha256'][:12]}). Use the "
+            "bank the split was made on, or make the split again on this one"
+        )
+    parts = {p: _indices(doc[p], len(bank), path, p) for p in PARTS}
+    split = Split(str(name or doc["name"]), *(parts[p] for p in PARTS))
+    used = np.concatenate([parts[p] for p in SUBSETS])
+    if np.intersect1d(parts["dropped"], used).size:
+        raise SplitError(f"split file {str(path)!r} drops concepts it also uses")
+    if not np.array_equal(parts["train"], parts["test"]):  # Instance IID has train = test
+        check_split(split, bank, grouped=False)
+    return split
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        raise SplitError(f"split file {str(path)!r} not found; write one with Split.save")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SplitError(f"split file {str(path)!r} is not readable JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SplitError(f"split file {str(path)!r} is not a saved curi split")
+    if doc.get("version") != VERSION:
+        raise SplitError(
+            f"split file {str(path)!r} has format version {doc.get('version')!r}; this curi "
+            f"reads version {VERSION}"
+        )
+    missing = [k for k in ("name", "bank", *PARTS) if k not in doc]
+    if missing or not isinstance(doc["bank"], dict):
+        raise SplitError(f"split file {str(path)!r} lacks {missing or ['bank']}")
+    return doc
+
+
+def _indices(values, n: int, path: Path, part: str) -> np.ndarray:
+    """One part's indices as a sorted int64 array, checked against the bank's size."""
+    try:
+        arr = np.asarray(values, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError):
+        raise SplitError(f"split file {str(path)!r}: {part} is not a list of integers") from None
+    if arr.size and (arr.min() < 0 or arr.max() >= n):
+        raise SplitError(f"split file {str(path)!r}: {part} has indices outside 0..{n - 1}")
+    if np.unique(arr).size != arr.size:
+        raise SplitError(f"split file {str(path)!r}: {part} repeats a concept")
+    return np.sort(arr)
+
+
+@register_split_rule("file", options=FileOptions)
+def saved(spec: SplitSpec, bank) -> Split:
+    """The split saved at ``path`` (its val policy is the saved one)."""
+    return load_split(bank, spec.options.path, name=spec.name)
