@@ -20,12 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from curi.atomic import atomic_dir, temporaries
 from curi.bits import num_words, popcount, select_bits, transpose_blocks, unpack_rows
 from curi.concepts import Concept, parse
 from curi.errors import BankError, ConfigError, known_options
 from curi.executor import BitScenes, execute
 from curi.grammar import sample_concepts
 from curi.presets import load_preset
+from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
 from curi.rng import derive_rng
 from curi.scenes import Camera, Scenes, sample_scenes
@@ -34,7 +36,6 @@ __all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: adds the scene-major truth_by_scene.npy
-LENGTH_PRIOR_SLOPE = -0.2  # log-linear prior: log w(h) = -0.2 * len(h)
 _SCENE_FILES = ("n_objects", "props", "position", "rotation", "pixel")
 
 
@@ -254,19 +255,10 @@ def build_bank(
         log.info("bank %s already built; reusing it", final)
         return final
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{cfg.name}.tmp-{os.getpid()}"
-    for stale in root.glob(f".{cfg.name}.tmp-*"):
+    for stale in temporaries(final):
         shutil.rmtree(stale, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(final) as tmp:
         _build_into(tmp, cfg, progress)
-        if final.exists():
-            trash = root / f".{cfg.name}.old-{os.getpid()}"
-            final.rename(trash)
-            shutil.rmtree(trash)
-        tmp.rename(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
@@ -339,7 +331,7 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
         out / "concepts.npz",
         group=groups,
         length=lengths,
-        log_prior=LENGTH_PRIOR_SLOPE * lengths.astype(np.float64),
+        log_prior=length_log_prior(lengths),
         pcfg_logprob=pcfg,
         count=counts[keep],
     )

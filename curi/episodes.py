@@ -1,6 +1,7 @@
-"""Few-shot episodes built on demand (spec 5): a concept drawn by its length prior, 5 + 5
-positives, and hard or easy negatives for support and query, all a pure function of
-(bank, split, subset, negatives, seed, index) and found with bit operations on the bank."""
+"""Few-shot episodes built on demand (CURI paper, section 3 and Appendix D): a concept drawn by
+its length prior, 5 + 5 positives, and hard or easy negatives for support and query, all a pure
+function of (bank, split, subset, negatives, seed, index) and found with bit operations on the
+bank."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from curi.bits import select_bits, unpack_rows
 from curi.errors import ConfigError
+from curi.posterior import consistent_words
 from curi.rng import derive_rng
 from curi.splits import Split, make_split
 
@@ -190,7 +192,7 @@ class EpisodeSampler:
         if kind == "easy":
             return self._random_not_h(row, used, self.num_negatives, rng), np.zeros(0, np.int64)
         bank = self.bank
-        alt_words = np.bitwise_and.reduce(np.asarray(bank.truth_by_scene[np.sort(positives)]), 0)
+        alt_words = consistent_words(bank, np.sort(positives), np.ones(len(positives), bool))
         alt_words[h >> 6] &= ~np.uint64(1 << (h & 63))
         alternates = np.flatnonzero(unpack_rows(alt_words, len(bank)))
         chosen = np.zeros(0, np.int64)

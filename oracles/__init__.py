@@ -1,7 +1,8 @@
-"""Oracles, metrics and split measures of CURI (spec section 6, DIVERGENCE.md): average
-precision and class-balanced accuracy, and DBCA atom / compound divergences."""
+"""Oracles, metrics and the compositionality gap of CURI (paper, section 3): strong and weak
+oracles as policies over `curi.posterior`, average precision and class-balanced accuracy, and
+the gap report. The DBCA divergences live in `curi.divergence` and are re-exported here."""
 
-from curi.oracles.divergence import (
+from curi.divergence import (
     DivergenceIndex,
     Divergences,
     atom_distribution,
@@ -21,10 +22,12 @@ from curi.oracles.metrics import (
     class_balanced_accuracy_batch,
     pooled_class_balanced_accuracy,
 )
+from curi.oracles.policies import Oracle
 
 __all__ = [
     "DivergenceIndex",
     "Divergences",
+    "Oracle",
     "atom_distribution",
     "atom_divergence",
     "atoms",

@@ -1,6 +1,6 @@
-"""The compositionality gap (spec 6): strong, weak and random oracles scored on a split's test
-episodes (mAP on the shared evaluation set, class-balanced accuracy on the query set) and the
-split's DBCA divergences, for every split and type of negatives."""
+"""The compositionality gap (CURI paper, section 3): strong, weak and random oracles scored on a
+split's test episodes (mAP on the shared evaluation set, class-balanced accuracy on the query set)
+and the split's DBCA divergences, for every split and type of negatives."""
 
 from __future__ import annotations
 
@@ -14,15 +14,18 @@ from functools import cached_property
 import numpy as np
 
 from curi.bits import byte_codes, pack_rows, transpose_blocks, unpack_rows
+from curi.divergence import DivergenceIndex
 from curi.episodes import EpisodeSampler
-from curi.oracles.posterior import Oracle, predictive_on
+from curi.oracles.metrics import class_balanced_accuracy_batch, pooled_class_balanced_accuracy
+from curi.oracles.policies import Oracle
+from curi.posterior import predictive_on
 from curi.rng import derive_rng
 from curi.splits import PAPER_SPLITS, Split, make_split
 
 __all__ = ["EvalSet", "compositionality_gap", "ap_from_counts", "ROW_KEYS"]
 
 log = logging.getLogger(__name__)
-# where a row's time goes: building episodes, posteriors, query-set CBA, mAP, random oracle
+# where a row's time goes: building episodes, posteriors, query-set predictive, mAP, random oracle
 STAGES = ("episodes", "posterior", "query", "map", "random")
 ROW_KEYS = (
     "split",
@@ -160,14 +163,6 @@ def _ap_of_scores(scores: np.ndarray, label: np.ndarray) -> float:
     return float(np.sum(pos_at * tp_ge / n_ge) / pos_at.sum())
 
 
-def _cba(scores: np.ndarray, labels: np.ndarray) -> tuple[float, int, int]:
-    """(class-balanced accuracy, correct positives, correct negatives) at threshold 0.5."""
-    pred = scores > 0.5
-    pos = labels.astype(bool)
-    tp, tn = int((pred & pos).sum()), int((~pred & ~pos).sum())
-    return 0.5 * (tp / pos.sum() + tn / (~pos).sum()), tp, tn
-
-
 def _random_ap(rng: np.random.Generator, n_pos: int, m: int) -> float:
     """AP of uniform random scores: the positives' ranks are a uniform random n_pos-subset."""
     ranks = np.sort(rng.choice(m, size=n_pos, replace=False)) + 1
@@ -201,14 +196,16 @@ def score_split(
     t0 = time.perf_counter()
     sampler = EpisodeSampler(bank, split, "test", negatives, seed=seed, size=episodes)
     kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
-    strong = Oracle(bank, None, **kw)
+    strong = Oracle.strong(bank, **kw)
     same = len(split.train) == len(bank)  # instance IID: the weak oracle is the strong one
-    weak = strong if same else Oracle(bank, split.train, **kw)
+    weak = strong if same else Oracle.weak(bank, split, **kw)
     groups = np.asarray(bank.groups)
     n_pos_eval = np.bitwise_count(ev.rows).sum(1)
     m = len(ev)
-    out = {k: np.zeros(episodes) for k in ("ap_s", "ap_w", "ap_r", "cba_s", "cba_w", "cba_r")}
-    pooled = np.zeros((2, 2), np.int64)  # (strong, weak) x (correct positives, negatives)
+    out = {k: np.zeros(episodes) for k in ("ap_s", "ap_w", "ap_r")}
+    n_query = sampler.num_positives + sampler.num_negatives
+    q_scores = np.zeros((3, episodes, n_query))  # (strong, weak, random) predictive on queries
+    q_labels = np.zeros((episodes, n_query), np.int8)
     from tqdm import tqdm
 
     stages = dict.fromkeys(STAGES, 0.0)  # seconds spent in each stage of the loop
@@ -226,27 +223,24 @@ def score_split(
         label_words = ev.rows[e.concept]  # ground truth on the eval set, packed and unpacked
         label = unpack_rows(label_words, m)
         n_pos = int(n_pos_eval[e.concept])
+        q_labels[i] = e.query_labels
         t = lap("episodes", t)
         for k, oracle in enumerate((strong, weak)):
             if k == 1 and same:
-                out["ap_w"][i], out["cba_w"][i] = out["ap_s"][i], out["cba_s"][i]
-                pooled[1] = pooled[0]
+                out["ap_w"][i], q_scores[1, i] = out["ap_s"][i], q_scores[0, i]
                 continue
             idx, w = oracle.posterior(e.support_ids, e.support_labels)
             t = lap("posterior", t)
-            q = predictive_on(bank, idx, w, e.query_ids)
-            cba, tp, tn = _cba(q, e.query_labels)
-            out[("cba_s", "cba_w")[k]][i] = cba
-            pooled[k] += (tp, tn)
+            q_scores[k, i] = predictive_on(bank, idx, w, e.query_ids)
             t = lap("query", t)
             out[("ap_s", "ap_w")[k]][i] = _oracle_ap(ev, label, idx, w, groups, label_words)
             t = lap("map", t)
         rng = derive_rng(seed, f"random-oracle:{split.name}:{negatives}", i)
         out["ap_r"][i] = _random_ap(rng, n_pos, m)
-        out["cba_r"][i] = _cba(rng.random(len(e.query_ids)), e.query_labels)[0]
+        q_scores[2, i] = rng.random(len(e.query_ids))
         lap("random", t)
-    n_q_pos = episodes * int(sampler.num_positives)
-    n_q_neg = episodes * int(sampler.num_negatives)
+    # class-balanced accuracy of the query predictions at 0.5, per episode and pooled
+    cba = [class_balanced_accuracy_batch(q, q_labels) for q in q_scores]
     row = {
         "split": split.name,
         "negatives": negatives,
@@ -255,11 +249,11 @@ def score_split(
         "map_strong": float(out["ap_s"].mean()),
         "map_weak": float(out["ap_w"].mean()),
         "map_random": float(out["ap_r"].mean()),
-        "cba_strong": float(out["cba_s"].mean()),
-        "cba_weak": float(out["cba_w"].mean()),
-        "cba_random": float(out["cba_r"].mean()),
-        "cba_pooled_strong": float(0.5 * (pooled[0, 0] / n_q_pos + pooled[0, 1] / n_q_neg)),
-        "cba_pooled_weak": float(0.5 * (pooled[1, 0] / n_q_pos + pooled[1, 1] / n_q_neg)),
+        "cba_strong": float(cba[0].mean()),
+        "cba_weak": float(cba[1].mean()),
+        "cba_random": float(cba[2].mean()),
+        "cba_pooled_strong": pooled_class_balanced_accuracy(q_scores[0], q_labels),
+        "cba_pooled_weak": pooled_class_balanced_accuracy(q_scores[1], q_labels),
         "episodes": episodes,
         "seconds": round(time.perf_counter() - t0, 4),
         "stage_seconds": {k: round(v, 4) for k, v in stages.items()},
@@ -338,8 +332,6 @@ def _collect(results, total: int, progress: bool) -> list[dict]:
 
 
 def _add_divergences(bank, splits: dict, rows: list[dict], seed: int) -> None:
-    from curi.oracles.divergence import DivergenceIndex
-
     index = DivergenceIndex(bank.concepts)
     cache = {}
     for name, sp in splits.items():

@@ -16,7 +16,7 @@ from curi.oracles.gap import (
     compositionality_gap,
 )
 from curi.oracles.metrics import average_precision
-from curi.oracles.posterior import Oracle
+from curi.oracles.policies import Oracle
 from curi.oracles.report import write_report
 from curi.splits import make_split
 

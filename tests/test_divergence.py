@@ -1,4 +1,4 @@
-"""Tests of curi.oracles.divergence: canonical trees, atoms and compounds by hand, DBCA divergences
+"""Tests of curi.divergence: canonical trees, atoms and compounds by hand, DBCA divergences
 on hand-computed examples, and the fast index against the plain reference functions."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from curi import ConceptError, parse, sample_concepts
-from curi.oracles.divergence import (
+from curi.divergence import (
     DivergenceIndex,
     atom_distribution,
     atom_divergence,

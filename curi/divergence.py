@@ -1,17 +1,21 @@
-"""DBCA atom and compound divergences of a split (DIVERGENCE.md sections 1-2; Keysers et al.
-2020, section 2): canonical concept trees, their atoms and depth-<=2 compounds, weighted
-distributions over a concept set and the Chernoff-coefficient divergences between two sets."""
+"""DBCA atom and compound divergences of a split (Keysers et al. 2020, section 2), measured on
+CURI concepts: canonical concept trees, their atoms and depth-<=2 compounds, distributions over
+a concept set weighted as episodes sample it, and the Chernoff-coefficient divergences.
+
+One implementation: `DivergenceIndex` extracts atoms and compounds once and computes every
+distribution and divergence; the plain functions on concept lists build an index over the
+concepts they are given and read from it."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from curi.concepts import Concept, Node, parse
+from curi.prior import length_log_prior
 from curi.rng import derive_rng
 
 __all__ = [
@@ -33,7 +37,6 @@ COMMUTATIVE = ("and", "or", "=")
 WEIGHTINGS = ("length", "uniform")
 ATOM_ALPHA = 0.5  # D_A = 1 - C_0.5 (symmetric)
 COMPOUND_ALPHA = 0.1  # D_C = 1 - C_0.1 (train first: dominated by the test distribution)
-LENGTH_DECAY = 0.2  # episode sampling: p(h) proportional to exp(-0.2 len(h)) (spec section 5)
 
 ConceptLike = str | Concept
 ArrayLikeInt = Sequence[int] | np.ndarray
@@ -46,6 +49,7 @@ class Divergences(NamedTuple):
     compound: float
 
 
+# --- concept trees, atoms, compounds --------------------------------------------------------
 def _concept(c: ConceptLike) -> Concept:
     if isinstance(c, Concept):
         return c
@@ -107,6 +111,9 @@ def atoms(concept: ConceptLike) -> Counter[str]:
 
     Returns:
         Counter of node labels (quantifier or ``lambda`` included).
+
+    Raises:
+        ConceptError: the string does not parse. TypeError: neither a string nor a `Concept`.
     """
     return Counter(n.op for n in canonical_tree(concept).walk())
 
@@ -125,6 +132,9 @@ def compounds(concept: ConceptLike) -> Counter[str]:
 
     Returns:
         Counter of compound strings.
+
+    Raises:
+        ConceptError: the string does not parse. TypeError: neither a string nor a `Concept`.
     """
     out: Counter[str] = Counter()
     for node in canonical_tree(concept).walk():
@@ -136,139 +146,7 @@ def compounds(concept: ConceptLike) -> Counter[str]:
     return out
 
 
-def _check_weighting(weighting: str) -> None:
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-
-
-def _distribution(
-    concepts: Iterable[ConceptLike], extract: Callable[[Concept], Counter[str]], weighting: str
-) -> dict[str, float]:
-    """Normalised counts of `extract(concept)`, each concept weighted as episodes sample it."""
-    _check_weighting(weighting)
-    total: Counter[str] = Counter()
-    n = 0
-    for item in concepts:
-        c = _concept(item)
-        w = math.exp(-LENGTH_DECAY * len(c)) if weighting == "length" else 1.0
-        for key, count in extract(c).items():
-            total[key] += w * count
-        n += 1
-    if n == 0:
-        raise ValueError("cannot build a distribution over an empty concept set")
-    z = sum(total.values())
-    return {k: v / z for k, v in total.items()}
-
-
-def atom_distribution(
-    concepts: Iterable[ConceptLike], *, weighting: str = "length"
-) -> dict[str, float]:
-    """F_A(T): the normalised atom counts of a concept set.
-
-    Args:
-        concepts: concept strings or `Concept`s (repeats count again).
-        weighting: ``"length"`` weights each concept by its episode-sampling probability
-            within the set, proportional to ``exp(-0.2 len(h))``; ``"uniform"`` weights all
-            concepts equally.
-
-    Returns:
-        Atom -> probability (sums to 1).
-
-    Raises:
-        ValueError: empty set or unknown weighting. ConceptError: a string does not parse.
-    """
-    return _distribution(concepts, atoms, weighting)
-
-
-def compound_distribution(
-    concepts: Iterable[ConceptLike], *, weighting: str = "length"
-) -> dict[str, float]:
-    """F_C(T): the normalised compound counts of a concept set (see `atom_distribution`).
-
-    Args:
-        concepts: concept strings or `Concept`s.
-        weighting: ``"length"`` or ``"uniform"``.
-
-    Returns:
-        Compound -> probability (sums to 1).
-
-    Raises:
-        ValueError: empty set or unknown weighting. ConceptError: a string does not parse.
-    """
-    return _distribution(concepts, compounds, weighting)
-
-
-def chernoff_coefficient(p: Mapping[str, float], q: Mapping[str, float], *, alpha: float) -> float:
-    """Chernoff coefficient ``C_alpha(P || Q) = sum_k p_k^alpha q_k^(1 - alpha)``.
-
-    Args:
-        p: first distribution (key -> probability); missing keys have probability 0.
-        q: second distribution.
-        alpha: in (0, 1); only keys present in both contribute.
-
-    Returns:
-        The coefficient, in [0, 1] for probability distributions (1 iff P == Q).
-
-    Raises:
-        ValueError: `alpha` outside (0, 1).
-    """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha}")
-    small, large = (p, q) if len(p) <= len(q) else (q, p)
-    return math.fsum(
-        p[k] ** alpha * q[k] ** (1.0 - alpha) for k in small if k in large and p[k] > 0 and q[k] > 0
-    )
-
-
-def _divergence(c: float) -> float:
-    return min(1.0, max(0.0, 1.0 - c))  # clip rounding (C = 1 + 1e-16 for P == Q)
-
-
-def atom_divergence(
-    train: Iterable[ConceptLike], test: Iterable[ConceptLike], *, weighting: str = "length"
-) -> float:
-    """D_A(train || test) = 1 - C_0.5(F_A(train) || F_A(test)).
-
-    Args:
-        train: training concepts (strings or `Concept`s).
-        test: test concepts.
-        weighting: ``"length"`` (episode-sampling probability) or ``"uniform"``.
-
-    Returns:
-        The atom divergence in [0, 1]; symmetric.
-
-    Raises:
-        ValueError: an empty set or unknown weighting. ConceptError: a string does not parse.
-    """
-    p = atom_distribution(train, weighting=weighting)
-    q = atom_distribution(test, weighting=weighting)
-    return _divergence(chernoff_coefficient(p, q, alpha=ATOM_ALPHA))
-
-
-def compound_divergence(
-    train: Iterable[ConceptLike], test: Iterable[ConceptLike], *, weighting: str = "length"
-) -> float:
-    """D_C(train || test) = 1 - C_0.1(F_C(train) || F_C(test)), train first.
-
-    Asymmetric: the weight 0.9 on the test distribution makes a test compound never seen in
-    training count almost fully, while extra training compounds cost little.
-
-    Args:
-        train: training concepts (strings or `Concept`s).
-        test: test concepts.
-        weighting: ``"length"`` or ``"uniform"``.
-
-    Returns:
-        The compound divergence in [0, 1].
-
-    Raises:
-        ValueError: an empty set or unknown weighting. ConceptError: a string does not parse.
-    """
-    p = compound_distribution(train, weighting=weighting)
-    q = compound_distribution(test, weighting=weighting)
-    return _divergence(chernoff_coefficient(p, q, alpha=COMPOUND_ALPHA))
-
-
+# --- distributions and the Chernoff coefficient ---------------------------------------------
 class _Sparse:
     """Per-concept counts of one kind (atoms or compounds) as flat sparse entries."""
 
@@ -294,12 +172,51 @@ class _Sparse:
         )
         return f / f.sum()
 
+    def as_dict(self, f: np.ndarray) -> dict[str, float]:
+        """The non-zero entries of a (V,) distribution, by key."""
+        return {self.vocab[i]: float(f[i]) for i in np.flatnonzero(f)}
 
-def _chernoff_dense(p: np.ndarray, q: np.ndarray, alpha: float) -> float:
+
+def _chernoff(p: np.ndarray, q: np.ndarray, alpha: float) -> float:
+    """``sum_k p_k^alpha q_k^(1 - alpha)`` of two aligned arrays, over keys where both are > 0."""
     both = (p > 0) & (q > 0)
     return float(np.sum(p[both] ** alpha * q[both] ** (1.0 - alpha)))
 
 
+def chernoff_coefficient(p: Mapping[str, float], q: Mapping[str, float], *, alpha: float) -> float:
+    """Chernoff coefficient ``C_alpha(P || Q) = sum_k p_k^alpha q_k^(1 - alpha)`` of two
+    distributions given as dictionaries (the divergences use the same sum on arrays).
+
+    Args:
+        p: first distribution (key -> probability); missing keys have probability 0.
+        q: second distribution.
+        alpha: in (0, 1); only keys present in both contribute.
+
+    Returns:
+        The coefficient, in [0, 1] for probability distributions (1 iff P == Q).
+
+    Raises:
+        ValueError: `alpha` outside (0, 1).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha}")
+    small, large = (p, q) if len(p) <= len(q) else (q, p)
+    keys = [k for k in small if k in large]
+    p_shared = np.array([p[k] for k in keys], dtype=np.float64)
+    q_shared = np.array([q[k] for k in keys], dtype=np.float64)
+    return _chernoff(p_shared, q_shared, alpha)
+
+
+def _divergence(c: float) -> float:
+    return min(1.0, max(0.0, 1.0 - c))  # clip rounding (C = 1 + 1e-16 for P == Q)
+
+
+def _check_weighting(weighting: str) -> None:
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+
+
+# --- the index: every distribution and divergence is computed here --------------------------
 class DivergenceIndex:
     """Atoms and compounds of every concept of a bank, extracted once, so the divergences of
     many splits (index arrays into the same concepts) cost a few sparse sums each.
@@ -342,7 +259,8 @@ class DivergenceIndex:
         return len(self._compounds.vocab)
 
     def _weights(self, indices: ArrayLikeInt, weighting: str, what: str) -> np.ndarray:
-        """(N,) weight of each concept in the set `indices` (repeats add up)."""
+        """(N,) weight of each concept in the set `indices` (repeats add up): its episode
+        sampling weight ``exp(-0.2 len(h))`` (paper Appendix B.3) or 1."""
         _check_weighting(weighting)
         idx = np.asarray(indices)
         if idx.ndim != 1 or idx.size == 0:
@@ -354,7 +272,7 @@ class DivergenceIndex:
                 f"{what} holds indices outside [0, {len(self)}): min {idx.min()}, max {idx.max()}"
             )
         if weighting == "length":
-            w = np.exp(-LENGTH_DECAY * self.lengths[idx])
+            w = np.exp(length_log_prior(self.lengths[idx]))
         else:
             w = np.ones(idx.size)
         return np.bincount(idx, weights=w, minlength=len(self))
@@ -375,16 +293,15 @@ class DivergenceIndex:
             ValueError: empty or out-of-range indices, or unknown weighting.
         """
         w = self._weights(indices, weighting, "indices")
-        out = []
-        for sparse in (self._atoms, self._compounds):
-            f = sparse.distribution(w)
-            out.append({sparse.vocab[i]: float(f[i]) for i in np.flatnonzero(f)})
-        return out[0], out[1]
+        return tuple(s.as_dict(s.distribution(w)) for s in (self._atoms, self._compounds))
 
     def divergences(
         self, train: ArrayLikeInt, test: ArrayLikeInt, *, weighting: str = "length"
     ) -> Divergences:
         """D_A and D_C of a split given as concept indices.
+
+        ``D_A = 1 - C_0.5(F_A(train) || F_A(test))`` and ``D_C = 1 - C_0.1(F_C(train) ||
+        F_C(test))``, train first (Keysers et al. 2020, section 2).
 
         Args:
             train: indices of the training concepts.
@@ -392,15 +309,15 @@ class DivergenceIndex:
             weighting: ``"length"`` or ``"uniform"``.
 
         Returns:
-            `Divergences` (atom, compound), as `atom_divergence` / `compound_divergence`.
+            `Divergences` (atom, compound).
 
         Raises:
             ValueError: empty or out-of-range indices, or unknown weighting.
         """
         wp = self._weights(train, weighting, "train")
         wq = self._weights(test, weighting, "test")
-        ca = _chernoff_dense(self._atoms.distribution(wp), self._atoms.distribution(wq), ATOM_ALPHA)
-        cc = _chernoff_dense(
+        ca = _chernoff(self._atoms.distribution(wp), self._atoms.distribution(wq), ATOM_ALPHA)
+        cc = _chernoff(
             self._compounds.distribution(wp), self._compounds.distribution(wq), COMPOUND_ALPHA
         )
         return Divergences(_divergence(ca), _divergence(cc))
@@ -447,3 +364,100 @@ class DivergenceIndex:
         return self.divergences(
             perm[:n_train], perm[n_train : n_train + n_test], weighting=weighting
         )
+
+
+# --- the same measures on concept lists (thin uses of the index) ----------------------------
+def _indexed(
+    weighting: str, *sets: Iterable[ConceptLike]
+) -> tuple[DivergenceIndex, list[np.ndarray]]:
+    """An index over the concatenated sets and each set's indices into it."""
+    _check_weighting(weighting)
+    lists = [list(s) for s in sets]
+    if any(len(s) == 0 for s in lists):
+        raise ValueError("cannot build a distribution over an empty concept set")
+    index = DivergenceIndex([c for s in lists for c in s])
+    ends = np.cumsum([len(s) for s in lists])
+    return index, [np.arange(end - len(s), end) for s, end in zip(lists, ends, strict=True)]
+
+
+def atom_distribution(
+    concepts: Iterable[ConceptLike], *, weighting: str = "length"
+) -> dict[str, float]:
+    """F_A(T): the normalised atom counts of a concept set.
+
+    Args:
+        concepts: concept strings or `Concept`s (repeats count again).
+        weighting: ``"length"`` weights each concept by its episode-sampling probability
+            within the set, proportional to ``exp(-0.2 len(h))``; ``"uniform"`` weights all
+            concepts equally.
+
+    Returns:
+        Atom -> probability (sums to 1).
+
+    Raises:
+        ValueError: empty set or unknown weighting. ConceptError: a string does not parse.
+    """
+    index, (idx,) = _indexed(weighting, concepts)
+    return index.distributions(idx, weighting=weighting)[0]
+
+
+def compound_distribution(
+    concepts: Iterable[ConceptLike], *, weighting: str = "length"
+) -> dict[str, float]:
+    """F_C(T): the normalised compound counts of a concept set (see `atom_distribution`).
+
+    Args:
+        concepts: concept strings or `Concept`s.
+        weighting: ``"length"`` or ``"uniform"``.
+
+    Returns:
+        Compound -> probability (sums to 1).
+
+    Raises:
+        ValueError: empty set or unknown weighting. ConceptError: a string does not parse.
+    """
+    index, (idx,) = _indexed(weighting, concepts)
+    return index.distributions(idx, weighting=weighting)[1]
+
+
+def atom_divergence(
+    train: Iterable[ConceptLike], test: Iterable[ConceptLike], *, weighting: str = "length"
+) -> float:
+    """D_A(train || test) = 1 - C_0.5(F_A(train) || F_A(test)).
+
+    Args:
+        train: training concepts (strings or `Concept`s).
+        test: test concepts.
+        weighting: ``"length"`` (episode-sampling probability) or ``"uniform"``.
+
+    Returns:
+        The atom divergence in [0, 1]; symmetric.
+
+    Raises:
+        ValueError: an empty set or unknown weighting. ConceptError: a string does not parse.
+    """
+    index, (tr, te) = _indexed(weighting, train, test)
+    return index.divergences(tr, te, weighting=weighting).atom
+
+
+def compound_divergence(
+    train: Iterable[ConceptLike], test: Iterable[ConceptLike], *, weighting: str = "length"
+) -> float:
+    """D_C(train || test) = 1 - C_0.1(F_C(train) || F_C(test)), train first.
+
+    Asymmetric: the weight 0.9 on the test distribution makes a test compound never seen in
+    training count almost fully, while extra training compounds cost little.
+
+    Args:
+        train: training concepts (strings or `Concept`s).
+        test: test concepts.
+        weighting: ``"length"`` or ``"uniform"``.
+
+    Returns:
+        The compound divergence in [0, 1].
+
+    Raises:
+        ValueError: an empty set or unknown weighting. ConceptError: a string does not parse.
+    """
+    index, (tr, te) = _indexed(weighting, train, test)
+    return index.divergences(tr, te, weighting=weighting).compound

@@ -1,13 +1,14 @@
-"""Oracles against brute-force enumeration of every hypothesis on a tiny bank."""
+"""The posterior over hypotheses against brute-force enumeration of every hypothesis on a tiny
+bank, and the consistent set against the episodes' alternates."""
 
 import math
 
 import numpy as np
 import pytest
 
-from curi.bits import unpack_rows
+from curi.bits import pack_rows, unpack_rows
 from curi.episodes import EpisodeSampler
-from curi.oracles.posterior import Oracle, posterior_predictive
+from curi.posterior import Posterior, consistent_words, posterior_predictive
 from curi.splits import make_split
 
 
@@ -17,7 +18,7 @@ def dense(tiny_bank):
 
 
 def brute_force(bank, dense, hyps, ids, labels, scenes, prior, likelihood, negatives):
-    """Enumerate every hypothesis, exactly as spec 6 writes the posterior."""
+    """Enumerate every hypothesis, exactly as the CURI paper (section 3) writes the posterior."""
     n, n_pos = bank.num_scenes, int(labels.sum())
     weights = {}
     for h in hyps:
@@ -43,7 +44,7 @@ def test_strong_and_weak_match_brute_force(tiny_bank, dense, prior, likelihood, 
     split = make_split(tiny_bank, "binding_shape")
     sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=1, size=6)
     for hyps, name in ((np.arange(len(tiny_bank)), "strong"), (split.train, "weak")):
-        oracle = Oracle(
+        oracle = Posterior(
             tiny_bank,
             None if name == "strong" else hyps,
             prior=prior,
@@ -70,7 +71,7 @@ def test_strong_and_weak_match_brute_force(tiny_bank, dense, prior, likelihood, 
 
 def test_strong_oracle_always_contains_the_true_concept(tiny_bank):
     sampler = EpisodeSampler(tiny_bank, "concept_iid", "test", "hard", seed=0, size=30)
-    oracle = Oracle(tiny_bank)
+    oracle = Posterior(tiny_bank)
     for i in range(30):
         e = sampler[i]
         idx, w = oracle.posterior(e.support_ids, e.support_labels)
@@ -87,6 +88,39 @@ def test_no_consistent_hypothesis_gives_zero_scores(tiny_bank):
 
 def test_bad_options(tiny_bank):
     with pytest.raises(ValueError, match="prior"):
-        Oracle(tiny_bank, prior="flat")
+        Posterior(tiny_bank, prior="flat")
     with pytest.raises(ValueError, match="likelihood"):
-        Oracle(tiny_bank, likelihood="fuzzy")
+        Posterior(tiny_bank, likelihood="fuzzy")
+
+
+@pytest.mark.parametrize("n_pos, n_neg", [(5, 20), (3, 0), (0, 4), (0, 0)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_consistent_words_match_brute_force(tiny_bank, dense, n_pos, n_neg, masked):
+    rng = np.random.default_rng(n_pos * 10 + n_neg)
+    n_hyp = len(tiny_bank)
+    mask_bits = rng.random(n_hyp) < 0.5 if masked else np.ones(n_hyp, bool)
+    mask = pack_rows(mask_bits) if masked else None
+    for _ in range(20):
+        h = int(rng.integers(n_hyp))
+        pos = rng.choice(np.flatnonzero(dense[h]), n_pos, replace=False)
+        neg = rng.choice(np.flatnonzero(~dense[h]), n_neg, replace=False)
+        ids = np.r_[pos, neg].astype(np.int64)
+        labels = np.r_[np.ones(n_pos, np.int8), np.zeros(n_neg, np.int8)]
+        words = consistent_words(tiny_bank, ids, labels, mask)
+        want = mask_bits & dense[:, pos].all(1) & ~dense[:, neg].any(1)
+        assert words.shape == (-(-n_hyp // 64),) and words.dtype == np.uint64
+        np.testing.assert_array_equal(unpack_rows(words, n_hyp), want)
+        assert not (unpack_rows(words, 64 * len(words))[n_hyp:]).any()  # padding stays clear
+
+
+def test_episode_alternates_are_the_consistent_set_of_the_positives(tiny_bank):
+    sampler = EpisodeSampler(tiny_bank, "concept_iid", "test", "hard", seed=4, size=20)
+    for i in range(len(sampler)):
+        e = sampler[i]
+        for ids, alternates in (
+            (e.support_ids, e.support_alternates),
+            (e.query_ids, e.query_alternates),
+        ):
+            positives = ids[:5]
+            idx = Posterior(tiny_bank).consistent(positives, np.ones(5, np.int8))
+            np.testing.assert_array_equal(alternates, idx[idx != e.concept])

@@ -1,7 +1,8 @@
-"""Bayesian oracles (spec 6): the posterior over a hypothesis set given a support set, with a
-log-linear or PCFG prior and a size-principle or consistency likelihood, and its posterior
-predictive. Consistent hypotheses are found with bit operations on the bank's scene-major
-matrix, so only they are ever weighed."""
+"""The posterior over a hypothesis set given a support set (CURI paper, section 3,
+"Compositionality Gap"): a log-linear or PCFG prior, a size-principle or consistency likelihood,
+and the posterior predictive. Consistent hypotheses are found with bit operations on the bank's
+scene-major truth matrix (`consistent_words`), so only they are ever weighed; episodes use the
+same bit-AND for their alternates (paper Appendix D)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,50 @@ import numpy as np
 
 from curi.bits import pack_rows, unpack_rows
 
-__all__ = ["Oracle", "posterior_predictive", "PRIORS", "LIKELIHOODS"]
+__all__ = [
+    "LIKELIHOODS",
+    "PRIORS",
+    "Posterior",
+    "consistent_words",
+    "hypothesis_bits",
+    "posterior_predictive",
+    "predictive_on",
+]
 
 PRIORS = ("log_linear", "pcfg")
 LIKELIHOODS = ("size_principle", "consistent")
+NEGATIVES = ("hard", "easy")
 
 
-class Oracle:
-    """An ideal learner over a hypothesis set H_O of a bank's concepts.
+def consistent_words(
+    bank, support_ids: np.ndarray, labels: np.ndarray, mask: np.ndarray | None = None
+) -> np.ndarray:
+    """Packed set of the hypotheses consistent with labelled scenes: every positive true and
+    every negative false under h.
+
+    Args:
+        bank: a `ConceptBank` (its scene-major ``truth_by_scene`` rows are read).
+        support_ids: (S,) scene ids.
+        labels: (S,) labels, 1 (or True) for positives.
+        mask: (ceil(H / 64),) packed hypotheses to restrict to (None: the whole bank).
+
+    Returns:
+        (ceil(H / 64),) uint64 words: bit h set when concept h is consistent (and in `mask`).
+    """
+    rows = np.asarray(bank.truth_by_scene[np.asarray(support_ids)])  # (S, ceil(H / 64))
+    lab = np.asarray(labels, dtype=bool)
+    # all positives (an episode's alternates): no boolean indexing, it would copy the rows
+    pos, neg = (rows, rows[:0]) if lab.all() else (rows[lab], rows[~lab])
+    words = np.bitwise_and.reduce(pos, 0) if len(pos) else pack_rows(np.ones(len(bank), bool))
+    if len(neg):
+        words &= ~np.bitwise_or.reduce(neg, 0)
+    if mask is not None:
+        words &= mask
+    return words
+
+
+class Posterior:
+    """The posterior over a hypothesis set H_O of a bank's concepts given a support set D.
 
     ``p(h | D) ∝ prior(h) lik(D | h)`` for h in H_O consistent with D (every positive true and
     every negative false under h), zero otherwise; ``p(y=1 | u, D) = sum_h p(h | D) [h(u)]``.
@@ -24,8 +61,9 @@ class Oracle:
 
     Args:
         bank: a `ConceptBank`.
-        hypotheses: concept indices of H_O (None: the whole bank, the strong oracle).
-        prior: ``log_linear`` (exp(-0.2 len(h))) or ``pcfg`` (the draw's PCFG probability).
+        hypotheses: concept indices of H_O (None: the whole bank).
+        prior: ``log_linear`` (exp(-0.2 len(h)), paper Appendix B.3) or ``pcfg`` (the draw's
+            PCFG probability).
         likelihood: ``size_principle`` (hard negatives: ``-n+ log|h| - n- log(N - |h|)``;
             easy: ``-n+ log|h|``) or ``consistent`` (1 for every consistent h).
         negatives: ``hard`` or ``easy``: which size-principle form applies.
@@ -47,7 +85,7 @@ class Oracle:
             raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
         if likelihood not in LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
-        if negatives not in ("hard", "easy"):
+        if negatives not in NEGATIVES:
             raise ValueError(f"negatives must be 'hard' or 'easy', got {negatives!r}")
         self.bank = bank
         n = len(bank)
@@ -66,13 +104,7 @@ class Oracle:
 
     def consistent(self, support_ids: np.ndarray, support_labels: np.ndarray) -> np.ndarray:
         """Indices of the hypotheses of H_O consistent with the support set."""
-        rows = np.asarray(self.bank.truth_by_scene[np.asarray(support_ids)])  # (S, HW)
-        lab = np.asarray(support_labels).astype(bool)
-        words = self.mask.copy()
-        if lab.any():
-            words &= np.bitwise_and.reduce(rows[lab], 0)
-        if (~lab).any():
-            words &= ~np.bitwise_or.reduce(rows[~lab], 0)
+        words = consistent_words(self.bank, support_ids, support_labels, self.mask)
         return np.flatnonzero(unpack_rows(words, len(self.bank)))
 
     def posterior(
@@ -101,7 +133,7 @@ class Oracle:
 
 def hypothesis_bits(bank, idx: np.ndarray, scene_ids: np.ndarray) -> np.ndarray:
     """(len(scene_ids), len(idx)) booleans: whether hypothesis idx[k] holds on each scene."""
-    rows = np.asarray(bank.truth_by_scene[np.asarray(scene_ids)])  # (M, HW)
+    rows = np.asarray(bank.truth_by_scene[np.asarray(scene_ids)])  # (M, ceil(H / 64))
     idx = np.asarray(idx, np.int64)
     return ((rows[:, idx >> 6] >> (idx & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
 
@@ -124,9 +156,9 @@ def posterior_predictive(
     likelihood: str = "size_principle",
     negatives: str = "hard",
 ) -> np.ndarray:
-    """p(y=1 | u, D) of an oracle over `hypotheses` (None: all) for the episode's support D.
+    """p(y=1 | u, D) of the posterior over `hypotheses` (None: all) for the episode's support D.
 
-    Convenience wrapper of `Oracle` (build an `Oracle` once to score many episodes).
+    Convenience wrapper of `Posterior` (build one `Posterior` to score many episodes).
     """
-    oracle = Oracle(bank, hypotheses, prior=prior, likelihood=likelihood, negatives=negatives)
-    return oracle.predict(episode.support_ids, episode.support_labels, scene_ids)
+    post = Posterior(bank, hypotheses, prior=prior, likelihood=likelihood, negatives=negatives)
+    return post.predict(episode.support_ids, episode.support_labels, scene_ids)
