@@ -1,6 +1,6 @@
 """Concepts of the language of thought: typed trees parsed from postfix strings (canonical or the
-original release's format) and serialised back as postfix, tokens or readable text (spec 2.2-2.3).
-"""
+original release's format) and serialised back as postfix, tokens or readable text (paper Appendix
+B.1)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from functools import cached_property
 from curi.errors import ConceptError
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 
-__all__ = ["Node", "Concept", "parse", "VOCABULARY", "QUANTIFIERS", "PROPERTY_FUNCS"]
+__all__ = ["Node", "Concept", "parse", "VOCABULARY", "QUANTIFIERS", "PROPERTY_FUNCS", "MAX_NESTING"]
 
 QUANTIFIERS = ("exists=", "for-all=")
 # property function -> the value type it returns (on an object; on a set, a multiset of it)
@@ -55,6 +55,12 @@ _ARITY = {
     "not": 1,
     **{op: 2 for op in BINARY_BOOL + COMPARISONS + SET_OPS},
 }
+# Deepest body tree `parse` accepts (a leaf is 1 level). The grammar's draws nest max_depth - 1
+# levels (5 for the bank presets); the limit keeps every recursive walk over a tree (equality
+# and hashing of `Node`, `Node.pretty`, the executor, canonical trees in curi/divergence.py)
+# far from Python's recursion limit: equality, the deepest, uses 4 frames a level.
+MAX_NESTING = 64
+_QUOTE_CHARS = 80  # error messages quote at most this much of the input (docs/reliability.md)
 
 
 @dataclass(frozen=True)
@@ -147,8 +153,16 @@ class Concept:
         return f"{q} x in S: {body}"
 
 
+def _quote(text: str) -> str:
+    """`text` quoted for an error message: in full when short, else its head and its length, so
+    that a huge input never makes a huge message."""
+    if len(text) <= _QUOTE_CHARS:
+        return repr(text)
+    return f"{text[:_QUOTE_CHARS]!r}... ({len(text):,} characters)"
+
+
 def _type_error(msg: str, token: str, pos: int) -> ConceptError:
-    return ConceptError(f"{msg} (token {token!r} at position {pos})")
+    return ConceptError(f"{msg} (token {_quote(token)} at position {pos})")
 
 
 def _unify(ta: str, tb: str, op: str, pos: int) -> str:
@@ -172,14 +186,18 @@ def parse(text: str) -> Concept:
         The type-checked `Concept`.
 
     Raises:
-        ConceptError: unknown token, wrong arity, type error, missing ``lambda S.`` or a missing
-            quantifier in a concept that uses ``x``; the message names the token and position.
+        ConceptError: unknown token, wrong arity, type error, missing ``lambda S.``, a missing
+            quantifier in a concept that uses ``x``, or a body nested deeper than `MAX_NESTING`
+            levels; the message names the token and position and quotes at most the first 80
+            characters of the input.
     """
     if not isinstance(text, str):
         raise ConceptError(f"a concept must be a string, got {type(text).__name__}")
     toks = text.split()
     if len(toks) < 3:
-        raise ConceptError(f"concept {text!r} is too short: expected '<body> lambda S. [quant]'")
+        raise ConceptError(
+            f"concept {_quote(text)} is too short: expected '<body> lambda S. [quant]'"
+        )
     quant = None
     if toks[-1] in QUANTIFIERS:
         quant = toks[-1]
@@ -188,24 +206,30 @@ def parse(text: str) -> Concept:
         pos = len(toks) - 1
         raise _type_error("expected 'lambda S.' before the quantifier", toks[-1], pos)
     body_toks = toks[:-2]
-    stack: list[tuple[Node, str]] = []  # (node, type)
+    stack: list[tuple[Node, str, int]] = []  # (node, type, levels)
     for pos, raw in enumerate(body_toks):
         tok = _ALIASES.get(raw, raw)
         tok = _LEGACY_SET_OPS.get(tok, tok)
         if tok in CONSTANT_TYPES:
-            stack.append((Node(tok), CONSTANT_TYPES[tok]))
+            stack.append((Node(tok), CONSTANT_TYPES[tok], 1))
             continue
         if tok in VARIABLES:
-            stack.append((Node(tok), VARIABLES[tok]))
+            stack.append((Node(tok), VARIABLES[tok], 1))
             continue
         if tok not in _ARITY:
-            raise ConceptError(f"unknown token {raw!r} at position {pos}; known: {VOCABULARY}")
+            raise ConceptError(
+                f"unknown token {_quote(raw)} at position {pos}; known: {VOCABULARY}"
+            )
         n = _ARITY[tok]
         if len(stack) < n:
             raise _type_error(f"operator needs {n} operand(s), found {len(stack)}", raw, pos)
         operands = stack[-n:]
         del stack[-n:]
-        types = [t for _, t in operands]
+        levels = 1 + max(d for _, _, d in operands)
+        if levels > MAX_NESTING:
+            msg = f"concept nests deeper than the limit of {MAX_NESTING} levels"
+            raise _type_error(msg, raw, pos)
+        types = [t for _, t, _ in operands]
         if tok in PROPERTY_FUNCS:
             vt = PROPERTY_FUNCS[tok]
             if types[0] == "object":
@@ -228,17 +252,18 @@ def parse(text: str) -> Concept:
                 raise _type_error(f"{tok} needs a set's property first, got {types[0]}", raw, pos)
             _unify(types[0][4:], types[1], raw, pos)
             out = "number" if tok == "count=" else "bool"
-        stack.append((Node(tok, tuple(nd for nd, _ in operands)), out))
+        stack.append((Node(tok, tuple(nd for nd, _, _ in operands)), out, levels))
     if len(stack) != 1:
         raise ConceptError(
-            f"concept {text!r} leaves {len(stack)} values on the stack; expected one boolean"
+            f"concept {_quote(text)} leaves {len(stack)} values on the stack; expected one boolean"
         )
-    body, t = stack[0]
+    body, t, _ = stack[0]
     if t != "bool":
-        raise ConceptError(f"concept {text!r} has a body of type {t}; expected bool")
+        raise ConceptError(f"concept {_quote(text)} has a body of type {t}; expected bool")
     concept = Concept(body, quant)
     if quant is None and concept.mentions_x:
         raise ConceptError(
-            f"concept {text!r} uses x but has no quantifier: end it with 'exists=' or 'for-all='"
+            f"concept {_quote(text)} uses x but has no quantifier: end it with 'exists=' or "
+            "'for-all='"
         )
     return concept

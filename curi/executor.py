@@ -1,11 +1,13 @@
-"""Vectorised concept execution by bit-slicing (spec 2.3).
+"""Vectorised concept execution by bit-slicing (docs/design.md, "Bit-sliced execution").
 
 Scenes are turned once into bit planes: for every property, object slot and bit of the value's
 code, one bit per scene, 64 scenes to a machine word. A concept is then evaluated for all scenes
 at once with bitwise logic: equality and ``>`` are comparator circuits over the planes, ``count=``
 is a ripple adder, quantifiers reduce over the object slots. Values that depend on the bound
 object carry one row per slot of ``x``. The same code runs on numpy arrays (CPU) and on torch
-tensors (any device); both give identical bits.
+tensors (any device); both give identical bits. Every code width is derived from the vocabulary
+it must hold, so each value the parser accepts is represented exactly (docs/design.md,
+"Bit-sliced execution"; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from curi.bits import pack_rows, unpack_rows
-from curi.concepts import CONSTANT_TYPES, PROPERTY_FUNCS, Concept, Node, parse
+from curi.concepts import CONSTANT_TYPES, NUMBERS, PROPERTY_FUNCS, Concept, Node, parse
 from curi.scenes import (
     COLORS,
     MATERIALS,
     MAX_OBJECTS,
+    NUM_BINS,
     PROPERTIES,
     SHAPES,
     SIZES,
@@ -29,8 +32,26 @@ from curi.scenes import (
 
 __all__ = ["BitScenes", "evaluate", "execute"]
 
-# Bits per value code, by value type; locations are coded as bin - 1 (0..7), counts as 0..5.
-_VALUE_BITS = {"color": 3, "shape": 2, "material": 1, "size": 1, "location": 3, "number": 3}
+
+def _width(max_code: int) -> int:
+    """Bits that hold every code 0..max_code."""
+    return max(1, int(max_code).bit_length())
+
+
+_MAX_LITERAL = max(int(n) for n in NUMBERS)  # the largest integer literal the parser accepts
+# Bits per value code, by value type. Locations are coded bin - 1 (bins 1..NUM_BINS; a literal
+# 1.._MAX_LITERAL compared with a location is coded the same way). Numbers are counts
+# 0..MAX_OBJECTS or literals 1.._MAX_LITERAL: 4 bits, as the literal 8 needs them (3 bits once
+# turned 8 into 0). Counts themselves are summed in _COUNT_BITS planes, padded to the number width.
+_VALUE_BITS = {
+    "color": _width(len(COLORS) - 1),
+    "shape": _width(len(SHAPES) - 1),
+    "material": _width(len(MATERIALS) - 1),
+    "size": _width(len(SIZES) - 1),
+    "location": _width(max(NUM_BINS, _MAX_LITERAL) - 1),
+    "number": _width(max(MAX_OBJECTS, _MAX_LITERAL)),
+}
+_COUNT_BITS = _width(MAX_OBJECTS)
 _NBITS = {p: _VALUE_BITS[PROPERTY_FUNCS[p + "?"]] for p in PROPERTIES}
 _FUNC_PROP = {f: f[:-1] for f in PROPERTY_FUNCS}
 _CODE = {v: i for vocab in (COLORS, SHAPES, MATERIALS, SIZES) for i, v in enumerate(vocab)}
@@ -154,6 +175,9 @@ def _gt(a: list, b: list):
 
 
 def _const_planes(value: int, nbits: int) -> list:
+    """A constant as bit planes (Python bools, which fold into the circuits)."""
+    if not 0 <= value < 1 << nbits:  # never drop high bits silently
+        raise ValueError(f"value code {value} does not fit in {nbits} bits")
     return [bool((value >> b) & 1) for b in range(nbits)]
 
 
@@ -209,7 +233,7 @@ class _Evaluator:
         planes = self.bs.planes[sp.prop]
         target = v.coded(vtype, nb)
         acc = True if op == "all" else False
-        count = [False] * _VALUE_BITS["number"]
+        count = [False] * _COUNT_BITS  # counts reach MAX_OBJECTS at most: no overflow
         for i in range(MAX_OBJECTS):
             elem = [planes[b, i : i + 1] for b in range(nb)]  # (1, W) each
             hit = _eq(elem, target)
@@ -223,7 +247,8 @@ class _Evaluator:
                 for b in range(len(count)):
                     count[b], carry = _xor(count[b], carry), _and(count[b], carry)
         if op == "count=":
-            return _Val("number", planes=count)
+            pad = [False] * (_VALUE_BITS["number"] - _COUNT_BITS)  # constant planes: free
+            return _Val("number", planes=count + pad)
         return acc
 
     def node(self, n: Node):

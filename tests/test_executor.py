@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from reference import reference_eval
+from reference import crowded_records, number_concepts, reference_eval, substitute_literals
 
 from curi import evaluate, parse, sample_concepts
 from curi.bits import unpack_rows
 from curi.executor import BitScenes, execute
-from curi.scenes import sample_scenes
+from curi.scenes import MAX_OBJECTS, records_to_props, sample_scenes
 
 
 def obj(shape="cube", color="red", material="rubber", size="small", x=1, y=1):
@@ -47,6 +47,7 @@ def test_torch_path_gives_identical_bits(random_pairs):
 
 TWO = scene(obj(color="red", x=2, y=5, size="large"), obj(color="blue", shape="sphere", x=6, y=3))
 THREE_RED = scene(obj(color="red"), obj(color="red", shape="sphere"), obj(color="green"))
+FIVE_RED = scene(*(obj(color="red", x=8, y=k) for k in range(4, 9)))
 
 
 @pytest.mark.parametrize(
@@ -89,6 +90,25 @@ THREE_RED = scene(obj(color="red"), obj(color="red", shape="sphere"), obj(color=
         ("x color? red = not x shape? cube = and lambda S. exists=", [TWO], [False]),
         ("x color? green = x shape? sphere = or lambda S. for-all=", [TWO], [False]),
         ("x material? metal = not lambda S. for-all=", [TWO], [True]),
+        # the number 8 and the largest counts (the executor once held numbers in 3 bits)
+        ("S color? blue count= 8 = lambda S.", [TWO, THREE_RED, FIVE_RED], [False] * 3),
+        ("S color? red count= 8 = not lambda S.", [TWO, THREE_RED], [True, True]),
+        ("8 7 > lambda S.", [TWO], [True]),
+        ("7 8 > lambda S.", [TWO], [False]),
+        ("8 8 = lambda S.", [TWO], [True]),
+        ("8 S color? red count= > lambda S.", [THREE_RED, FIVE_RED], [True, True]),
+        ("S color? red count= 8 > lambda S.", [THREE_RED, FIVE_RED], [False, False]),
+        ("S color? red count= 5 = lambda S.", [THREE_RED, FIVE_RED], [False, True]),
+        ("S color? red count= 4 > lambda S.", [THREE_RED, FIVE_RED], [False, True]),
+        ("S-x color? red count= 4 = lambda S. for-all=", [FIVE_RED], [True]),
+        ("S color? x color? count= 5 = lambda S. exists=", [FIVE_RED, TWO], [True, False]),
+        # location bin 8 (coded 7) against literals and other locations
+        ("x locationX? 8 = lambda S. for-all=", [FIVE_RED, TWO], [True, False]),
+        ("x locationX? 7 > lambda S. exists=", [FIVE_RED, TWO], [True, False]),
+        ("8 x locationY? > lambda S. exists=", [FIVE_RED], [True]),
+        ("8 x locationY? > lambda S. for-all=", [FIVE_RED], [False]),
+        ("S locationY? 8 any lambda S.", [FIVE_RED, TWO], [True, False]),
+        ("S locationX? 8 count= 5 = lambda S.", [FIVE_RED, TWO], [True, False]),
         # collapsed concept: evaluated once per scene
         (
             "S shape? sphere any lambda S.",
@@ -116,3 +136,39 @@ def test_parsed_and_text_inputs_agree(random_pairs):
     np.testing.assert_array_equal(
         execute(concepts[:20], bs), execute([parse(c) for c in concepts[:20]], bs)
     )
+
+
+@pytest.fixture(scope="module")
+def number_pairs():
+    """Concepts full of numbers and locations 1..8 on scenes whose counts reach MAX_OBJECTS."""
+    concepts = number_concepts(1500, seed=5)
+    drawn = [t for t, _ in sample_concepts(6000, seed=8)]
+    concepts += substitute_literals(drawn, seed=6)[:500]
+    records = crowded_records(120, seed=7)
+    return [parse(c) for c in concepts], records
+
+
+def test_number_pairs_are_not_vacuous(number_pairs):
+    concepts, records = number_pairs
+    assert len(concepts) == 2000
+    literals = {t for c in concepts for t in c.tokens() if t.isdigit()}
+    assert literals == {str(i) for i in range(1, 9)}
+    n_obj, props = records_to_props(records)
+    assert set(n_obj.tolist()) == set(range(1, MAX_OBJECTS + 1))
+    assert props[..., 4:].max() == 8  # location bin 8 occurs
+    # some scene has MAX_OBJECTS objects of one colour (count= reaches its maximum)
+    full = [r["objects"] for r in records if len(r["objects"]) == MAX_OBJECTS]
+    assert any(len({o["color"] for o in objs}) == 1 for objs in full)
+
+
+def test_numbers_and_locations_1_to_8_agree_with_reference(number_pairs):
+    concepts, records = number_pairs
+    n_obj, props = records_to_props(records)
+    bs = BitScenes.from_arrays(n_obj, props)
+    got = unpack_rows(execute(concepts, bs), len(records))
+    want = np.array([[reference_eval(c, r) for r in records] for c in concepts])
+    wrong = [str(concepts[i]) for i in np.flatnonzero((got != want).any(axis=1))]
+    assert not wrong, f"{len(wrong)} of {len(concepts)} concepts wrong, e.g. {wrong[:5]}"
+    assert 0.1 < want.mean() < 0.9
+    torch_bits = execute(concepts, bs.to("cpu")).numpy().view(np.uint64)
+    np.testing.assert_array_equal(torch_bits, execute(concepts, bs))
