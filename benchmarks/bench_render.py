@@ -1,4 +1,4 @@
-"""Time the renderers (spec section 7 speed targets): images per second per CPU core at
+"""Time the renderers (speed targets in docs/benchmarks.md): images per second per CPU core at
 240 x 160 (target >= 300), the same on CUDA when present (target >= 20,000 on an H100), and
 sound scenes per second per core for waveform + spectrogram (target >= 200).
 

@@ -18,7 +18,7 @@ from curi.oracles.gap import compositionality_gap
 from curi.oracles.paper import PAPER_GAP
 from curi.splits import PAPER_SPLITS, Split, make_split
 
-PAPER_BANK_CONCEPTS = 14_929  # spec 2
+PAPER_BANK_CONCEPTS = 14_929  # paper section 3
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """curi: the CURI benchmark (productive concept learning under uncertainty), generated on one
-machine from a seed. See README.md and the spec for what each part computes."""
+machine from a seed. See README.md, and docs/ for the design, the speed and the fidelity to the
+paper."""
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
-"""The concept bank (spec 3): sample scenes and concepts, reject, execute, filter, collapse and
-de-duplicate, group synonyms, draw the mAP evaluation set, and store it all with a manifest of
-checksums; `load_bank` verifies and memory-maps it back as a `ConceptBank`."""
+"""The concept bank (paper section 3, Appendix B): sample scenes and concepts, reject, execute,
+filter, collapse and de-duplicate, group synonyms, draw the mAP evaluation set, and store it all
+with a manifest of checksums; `load_bank` verifies and memory-maps it back as a `ConceptBank`."""
 
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ def build_bank(
     progress: bool = True,
     force: bool = False,
 ) -> Path:
-    """Build the concept bank described by `cfg` under ``data_dir / cfg.name`` (spec 3.1).
+    """Build the concept bank described by `cfg` under ``data_dir / cfg.name`` (paper Appendix B.2).
 
     An existing bank with the same identity is reused (unless `force`); the bank is written
     to a temporary directory and renamed into place, so an interrupted build leaves nothing
@@ -278,7 +278,7 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     timings["sampling"] = time.perf_counter() - t
 
     # Static rejection, collapse and de-duplication before execution: collapsing never changes
-    # a concept's truth, so filtering then collapsing (the spec's order) keeps the same set.
+    # a concept's truth, so filtering then collapsing (the paper's order) keeps the same set.
     t = time.perf_counter()
     first: dict[str, float] = {}
     for text, logp in draws:

@@ -1,6 +1,6 @@
-"""The probabilistic context-free grammar of CURI concepts and its top-down sampler (spec 2.1):
-exact production probabilities, depth limit, constant-only rejection, 12 attempts per child,
-and the PCFG log-probability of every successful draw."""
+"""The probabilistic context-free grammar of CURI concepts and its top-down sampler (paper Appendix
+B.1-B.2): exact production probabilities, depth limit, constant-only rejection, 12 attempts per
+child, and the PCFG log-probability of every successful draw."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Static rejections of sampled concepts (spec 3.1 step 3): shapes of concepts that are
+"""Static rejections of sampled concepts (paper Appendix B.2): shapes of concepts that are
 degenerate whatever the scenes are, so they are dropped before execution."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """CLEVR-like scenes: the object vocabulary, the fixed perspective camera, a vectorised scene
-sampler and the columnar `Scenes` store with JSON-ready records (spec section 1)."""
+sampler and the columnar `Scenes` store with JSON-ready records (paper section 3, Appendix B.4)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ class Camera:
 
 
 def location_bins(pixel: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
-    """Location bins 1..8 of projected centres: ``1 + floor(8 * px / W)``, clamped (spec 1)."""
+    """Location bins 1..8 of projected centres: ``1 + floor(8 * px / W)``, clamped (paper
+    Appendix B.4)."""
     bx = 1 + np.floor(NUM_BINS * pixel[..., 0] / width)
     by = 1 + np.floor(NUM_BINS * pixel[..., 1] / height)
     return np.clip(bx, 1, NUM_BINS).astype(np.int8), np.clip(by, 1, NUM_BINS).astype(np.int8)
@@ -237,7 +238,7 @@ def sample_scenes(
     chunk: int = 65_536,
     progress: bool = False,
 ) -> Scenes:
-    """Sample `num_scenes` CLEVR-like scenes of 2-5 objects (spec section 1).
+    """Sample `num_scenes` CLEVR-like scenes of 2-5 objects (paper section 3, Appendix B.4).
 
     Scenes come in chunks, each from its own generator, so the first k scenes are the same
     whatever `num_scenes` is.

@@ -1,4 +1,4 @@
-"""The auxiliary concept decoder (spec section 8): an LSTM that reads the episode's prototypes
+"""The auxiliary concept decoder (paper section 4.1): an LSTM that reads the episode's prototypes
 [c-, c+] and is trained by teacher forcing to emit the concept's canonical postfix tokens, and
 the tokenizer that turns concept strings into padded id tensors."""
 

@@ -1,4 +1,4 @@
-"""Evaluation of prototypical networks (spec section 6 and 8): embed the bank's mAP evaluation
+"""Evaluation of prototypical networks (paper section 4): embed the bank's mAP evaluation
 set once, score every episode's prototypes against it (mAP) and its own query set (class-balanced
 accuracy), and evaluate a saved checkpoint on test episodes beside the Bayesian oracles."""
 

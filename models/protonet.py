@@ -1,4 +1,4 @@
-"""The prototypical-network head (spec section 8): embed support and query scenes, average the
+"""The prototypical-network head (paper section 4.2): embed support and query scenes, average the
 support embeddings per class into prototypes c- and c+, and classify by squared distance;
 optionally add the concept-decoding loss. Also scores any scenes against episodes' prototypes."""
 

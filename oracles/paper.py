@@ -1,5 +1,5 @@
-"""The paper's oracle results (spec section 6) and a Markdown comparison of a gap table with
-them: what `gap.md` and docs/fidelity.md show beside our numbers."""
+"""The paper's oracle results (paper section 5, Appendix G.7) and a Markdown comparison of a gap
+table with them: what `gap.md` and docs/fidelity.md show beside our numbers."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def _plot(rows: list[dict], path: Path) -> None:
             ax.bar(x + 0.2, weak, 0.4, label="weak oracle", color="#ef8636")
             ax.plot(x, [r[f"{metric}_random"] for r in sub], "k_", ms=14, label="random")
             in_paper = [i for i, r in enumerate(sub) if r["split"] in PAPER_GAP]
-            if neg == "hard" and in_paper:  # the paper's oracles (spec 6) on its splits
+            if neg == "hard" and in_paper:  # the paper's oracles (its section 5) on its splits
                 cols = (0, 1) if metric == "map" else (3, 4)
                 for dx, c, label in ((-0.2, cols[0], "paper"), (0.2, cols[1], None)):
                     ys = [PAPER_GAP[sub[i]["split"]][c] for i in in_paper]

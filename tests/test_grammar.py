@@ -1,5 +1,6 @@
-"""The grammar sampler against the spec's production table, checked by an independent
-re-derivation of every draw's log-probability and by an independent sampler's statistics."""
+"""The grammar sampler against the paper's production table (Appendix B.1-B.2), checked by an
+independent re-derivation of every draw's log-probability and by an independent sampler's
+statistics."""
 
 import math
 import random
@@ -14,7 +15,7 @@ from curi.grammar import CONSTANTS
 
 N = 20_000
 
-# Value type -> probability of a constant token / of "x F" (spec 2.1).
+# Value type -> probability of a constant token / of "x F" (paper Appendix B.2).
 _VALUE_NT = {
     "color": (1 / 16, 1 / 2),
     "shape": (1 / 6, 1 / 2),
@@ -127,7 +128,7 @@ def test_depth_limit_and_constant_only_rejection(draws):
                 assert not all(a.op in CONSTANTS for a in n.args), text
 
 
-# An independent sampler written from the spec's table (different structure: explicit types,
+# An independent sampler written from the paper's table (different structure: explicit types,
 # iterative retry), used to compare statistics with the library's sampler.
 def _indep_sample(rng: random.Random):
     colors = ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"]

@@ -1,6 +1,6 @@
-"""Sound renderer: every row of the spec's mapping is audible in the waveform (onset from x,
-pitch from y, timbre from colour, envelope from shape, gain from size, low-pass for metal);
-deterministic; spectrogram range; WAV export."""
+"""Sound renderer: every row of the documented mapping (renderers/sound.py) is audible in the
+waveform (onset from x, pitch from y, timbre from colour, envelope from shape, gain from size, low-
+pass for metal); deterministic; spectrogram range; WAV export."""
 
 import itertools
 import wave
