@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
+    "aside_name",
+    "asides",
     "atomic_dir",
     "atomic_path",
     "temporaries",
@@ -36,6 +38,20 @@ def temporaries(path: str | Path) -> list[Path]:
     """Temporaries of `path` left by any process (an interrupted write), sorted."""
     path = Path(path)
     return sorted(path.parent.glob(f".{path.name}.tmp-*"))
+
+
+def aside_name(path: str | Path) -> Path:
+    """Where `atomic_dir` moves this process's old folder while it renames the new one in:
+    ``.<name>.old-<pid>`` beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.old-{os.getpid()}")
+
+
+def asides(path: str | Path) -> list[Path]:
+    """Old folders of `path` moved aside by any process (`aside_name`), sorted: a process killed
+    during the swap leaves one (complete when `path` is missing, else partly deleted)."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.old-*"))
 
 
 def _remove(p: Path) -> None:
@@ -83,8 +99,14 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Publish a folder atomically: yield a fresh, empty temporary folder beside `path` to fill;
-    when the block ends without error, an existing `path` is moved aside and deleted and the
-    temporary is renamed to `path`; on error the temporary is deleted and `path` is untouched.
+    when the block ends without error, an existing `path` is moved aside (`aside_name`), the
+    temporary is renamed to `path`, and only then is the old folder deleted; on error the
+    temporary is deleted and `path` is untouched.
+
+    A process killed during the swap leaves `path` complete (old or new) and at most a partly
+    deleted old folder, except between the two renames, where `path` is missing and the old
+    folder is whole under its aside name; `asides` finds both for the caller to clean up or
+    put back.
 
     Args:
         path: the folder to publish; its parent is created when missing.
@@ -97,10 +119,13 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         if path.exists():
-            trash = path.with_name(f".{path.name}.old-{os.getpid()}")
+            trash = aside_name(path)
+            _remove(trash)
             path.rename(trash)
+            tmp.rename(path)
             shutil.rmtree(trash)
-        tmp.rename(path)
+        else:
+            tmp.rename(path)
     finally:
         _remove(tmp)
 

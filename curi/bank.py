@@ -1,10 +1,15 @@
 """The concept bank (paper section 3, Appendix B): sample scenes and concepts, reject, execute,
 filter, collapse and de-duplicate, group synonyms, draw the mAP evaluation set, and store it all
-with a manifest of checksums; `load_bank` verifies and memory-maps it back as a `ConceptBank`."""
+with a manifest that records every file's checksum, shape and dtype and checksums itself
+(`curi.bank_format`); `load_bank` checks it and memory-maps the bank back as a `ConceptBank`.
+Builds of one bank take turns under a lock beside it, and whatever a killed build leaves is
+put back or removed by the next build or load (docs/reliability.md, "Bank: manifest,
+concurrent and interrupted builds")."""
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -12,30 +17,45 @@ import multiprocessing as mp
 import os
 import shutil
 import time
+import zipfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from curi.atomic import atomic_dir, temporaries
+from curi import validate
+from curi.atomic import asides, atomic_dir, temporaries
+from curi.bank_format import (
+    FORMAT_VERSION,
+    MANIFEST,
+    check_files,
+    check_manifest,
+    describe,
+    read_manifest,
+    sample_sha256,
+    seal,
+    sha256,
+)
 from curi.bits import num_words, popcount, select_bits, transpose_blocks, unpack_rows
-from curi.concepts import Concept, parse
+from curi.concepts import MAX_NESTING, Concept, parse
 from curi.errors import BankError, ConfigError, known_options
 from curi.executor import BitScenes, execute
 from curi.grammar import sample_concepts
+from curi.paths import inside, safe_name
 from curi.presets import load_preset
 from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
 from curi.rng import derive_rng
-from curi.scenes import Camera, Scenes, sample_scenes
+from curi.scenes import NUM_BINS, Camera, Scenes, sample_scenes
+from curi.validate import MAX_SEED
 
 __all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data_dir"]
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 2  # 2: adds the scene-major truth_by_scene.npy
 _SCENE_FILES = ("n_objects", "props", "position", "rotation", "pixel")
 
 
@@ -89,15 +109,39 @@ class BankConfig:
         return cls.from_mapping({**load_preset("bank", name), **overrides})
 
     def check(self) -> None:
-        """Raise ConfigError for values out of range."""
-        if self.num_scenes < 10:
-            raise ConfigError(f"bank.num_scenes must be >= 10, got {self.num_scenes}")
-        if self.num_draws < 1:
-            raise ConfigError(f"bank.num_draws must be >= 1, got {self.num_draws}")
-        if not 0 < self.max_fraction <= 1:
-            raise ConfigError(f"bank.max_fraction must be in (0, 1], got {self.max_fraction}")
-        if self.min_positives < 1 or self.eval_per_concept < 1 or self.seed < 0:
-            raise ConfigError("bank.min_positives, eval_per_concept must be >= 1 and seed >= 0")
+        """Raise ConfigError for values out of range (one message naming the key, the value
+        and the allowed range), and store integral values as ints.
+
+        The bounds: below depth 4 the grammar finishes no draw and deeper than
+        `curi.concepts.MAX_NESTING` + 1 the parser refuses what it draws; location bins need
+        at least `NUM_BINS` pixels a side; a concept must be able to hold on `min_positives`
+        scenes yet on fewer than `max_fraction` of them; the upper bounds of the sizes keep
+        a bank's truth matrix in memory (10 times the paper's scenes and 50 times its draws).
+        """
+        ints = {
+            "num_scenes": (10, 10**7),
+            "num_draws": (1, 10**8),
+            "seed": (0, MAX_SEED),
+            "max_depth": (4, MAX_NESTING + 1),
+            "attempts": (1, 100),
+            "min_positives": (1, 10**7),
+            "eval_per_concept": (1, 1000),
+            "image_width": (NUM_BINS, 16384),
+            "image_height": (NUM_BINS, 16384),
+            "workers": (0, 1024),
+        }
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"bank.name must be a non-empty string, got {self.name!r}")
+        for key, (low, high) in ints.items():
+            value = validate.integer(getattr(self, key), f"bank.{key}", low=low, high=high)
+            object.__setattr__(self, key, value)  # frozen: 2.0 -> 2, the same identity
+        frac = validate.number(self.max_fraction, "bank.max_fraction", low=0, high=1, open_low=True)
+        object.__setattr__(self, "max_fraction", frac)
+        if self.min_positives >= int(np.ceil(frac * self.num_scenes)):
+            raise ConfigError(
+                f"bank.min_positives={self.min_positives} leaves no concept: it must be below "
+                f"bank.max_fraction * bank.num_scenes = {frac * self.num_scenes:g}"
+            )
 
     def identity(self) -> dict:
         """The fields that determine the bank's content."""
@@ -108,6 +152,11 @@ class BankConfig:
     @property
     def camera(self) -> Camera:
         return Camera(width=self.image_width, height=self.image_height)
+
+
+_CONFIG_TYPES = {
+    f.name: type(f.default) for f in dataclasses.fields(BankConfig) if f.name != "workers"
+}
 
 
 def default_data_dir() -> Path:
@@ -202,12 +251,110 @@ def _write_transposed(rows: np.ndarray, num_scenes: int, path: Path, progress: b
     bar.close()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
+# --- one builder per bank -------------------------------------------------------------------
+_HELD_LOCKS: set[int] = set()  # descriptors of the build locks this process holds
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child (the executing workers), let go of the parent's build locks: a lock
+    lives as long as any descriptor of it, so a worker orphaned by a killed build would
+    otherwise block every later build of its bank."""
+    if _HELD_LOCKS:
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd in _HELD_LOCKS:
+            os.dup2(null, fd)  # the number stays valid, the lock's description is released
+        os.close(null)
+        _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
+def _lock_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}.lock")
+
+
+@contextmanager
+def _build_lock(final: Path, *, wait: bool) -> Iterator[bool | None]:
+    """Hold the lock of the bank at `final` (``flock`` on ``.<name>.lock`` beside it, released
+    by the kernel when the holder dies): yields whether this process had to wait for another
+    builder, or None when the lock cannot be created (a read-only folder) or, `wait` being
+    false, is taken."""
+    try:
+        f = open(_lock_path(final), "a")
+    except OSError:
+        yield None
+        return
+    try:
+        waited = False
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                yield None
+                return
+            log.warning("waiting for another process that is building the bank at %s", final)
+            waited = True
+            fcntl.flock(f, fcntl.LOCK_EX)
+        _HELD_LOCKS.add(f.fileno())
+        try:
+            yield waited
+        finally:
+            _HELD_LOCKS.discard(f.fileno())
+    finally:
+        f.close()
+
+
+def _tidy(final: Path) -> None:
+    """With the lock held (so no live builder of this bank is using them), undo what killed
+    builds left: put back an old bank moved aside by a swap killed before the new one was
+    renamed in, then delete stale temporaries and old banks."""
+    if not final.exists():
+        for old in sorted(asides(final), key=lambda p: p.stat().st_mtime, reverse=True):
+            if (old / MANIFEST).is_file():
+                old.rename(final)
+                log.warning("put back the bank at %s, moved aside by a killed build", final)
+                break
+    for stale in temporaries(final) + asides(final):
+        log.info("removing %s, left by a killed build", stale)
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+def _stamp(final: Path) -> tuple[int, int] | None:
+    """Identifies the bank published at `final` (its manifest's inode and time), or None."""
+    try:
+        st = (final / MANIFEST).stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _reuse(final: Path, cfg: BankConfig, *, force: bool) -> bool:
+    """Whether the bank at `final` is the one `cfg` describes, to be reused. With `force` (a
+    bank another builder published while this one waited) anything else is rebuilt.
+
+    Raises:
+        BankError: (not `force`) the bank is damaged or was built from another config.
+    """
+    try:
+        bank = load_bank(final)
+    except BankError:
+        if force:
+            return False
+        raise
+    if bank.config != cfg.identity():
+        if force:
+            return False
+        diff = sorted(k for k, v in cfg.identity().items() if bank.config.get(k) != v)
+        raise BankError(
+            f"a different bank already exists at {final} (differs in {diff}); delete it, "
+            f"rebuild with force=true, or choose another data_dir or bank name"
+        )
+    log.info("bank %s already built; reusing it", final)
+    return True
 
 
 def build_bank(
@@ -221,7 +368,10 @@ def build_bank(
 
     An existing bank with the same identity is reused (unless `force`); the bank is written
     to a temporary directory and renamed into place, so an interrupted build leaves nothing
-    that loads, and the next build starts cleanly.
+    that loads, and the next build starts cleanly. Builds of the same bank take turns (a
+    lock file ``.<name>.lock`` beside it): a second builder waits, then reuses the bank the
+    first one published, even with `force`, if it is the one asked for. A build killed while
+    replacing a bank leaves the old or the new one (see `_tidy`).
 
     Args:
         cfg: a `BankConfig`, a mapping of its fields, or a preset name (``"tiny"``,
@@ -243,22 +393,20 @@ def build_bank(
         cfg = BankConfig.from_mapping(cfg)
     cfg.check()
     root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-    final = root / cfg.name
-    if final.exists() and not force:
-        bank = load_bank(final)
-        if bank.config != cfg.identity():
-            diff = sorted(k for k, v in cfg.identity().items() if bank.config.get(k) != v)
-            raise BankError(
-                f"a different bank already exists at {final} (differs in {diff}); delete it, "
-                f"rebuild with force=true, or choose another data_dir or bank name"
-            )
-        log.info("bank %s already built; reusing it", final)
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in temporaries(final):
-        shutil.rmtree(stale, ignore_errors=True)
-    with atomic_dir(final) as tmp:
-        _build_into(tmp, cfg, progress)
+    final = inside(root, safe_name(cfg.name, "bank name"), what="bank name")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    before = _stamp(final)
+    with _build_lock(final, wait=True) as waited:
+        if waited is None:  # a read-only data directory: use the bank there, build none
+            if final.exists() and not force and _reuse(final, cfg, force=False):
+                return final
+            raise BankError(f"cannot build the bank at {final}: its folder is not writable")
+        _tidy(final)
+        fresh = waited and _stamp(final) not in (None, before)  # published while we waited
+        if final.exists() and (not force or fresh) and _reuse(final, cfg, force=force):
+            return final
+        with atomic_dir(final) as tmp:
+            _build_into(tmp, cfg, progress)
     return final
 
 
@@ -335,9 +483,12 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
         pcfg_logprob=pcfg,
         count=counts[keep],
     )
-    (out / "concepts.txt").write_text("".join(s + "\n" for s in kept))
-    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    checksums = {f: _sha256(out / f) for f in files}
+    (out / "concepts.txt").write_text("".join(s + "\n" for s in kept), encoding="utf-8")
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    files = {
+        f: {"sha256": sha256(out / f), "sample_sha256": sample_sha256(out / f), **describe(out, f)}
+        for f in names
+    }
     timings["writing"] = time.perf_counter() - t
     from curi import __version__
 
@@ -360,9 +511,12 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
         },
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "workers": workers,
-        "files": checksums,
+        "files": files,
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    text = json.dumps(seal(manifest), indent=2) + "\n"
+    (out / MANIFEST).write_text(text, encoding="utf-8")
+    # What load_bank checks holds for every bank published (a writer bug fails the build).
+    check_files(out, check_manifest(out, json.loads(text), _CONFIG_TYPES), verify=False)
     log.info(
         "bank: %d concepts in %d synonym groups", len(kept), manifest["counts"]["synonym_groups"]
     )
@@ -390,7 +544,14 @@ class ConceptBank:
         self.path = path
         self.manifest = manifest
         self.config: dict = manifest["config"]
-        self.concepts: list[str] = (path / "concepts.txt").read_text().splitlines()
+        text = (path / "concepts.txt").read_text(encoding="utf-8")
+        if text.count("\n") != manifest["files"]["concepts.txt"]["lines"]:
+            raise BankError(
+                f"bank at {path} is damaged: concepts.txt has {text.count(chr(10))} lines, the "
+                f"manifest records {manifest['files']['concepts.txt']['lines']}; rebuild it "
+                "(add force=true to the command)"
+            )
+        self.concepts: list[str] = text.split("\n")[:-1]
         meta = np.load(path / "concepts.npz")
         self.groups = meta["group"]
         self.lengths = meta["length"]
@@ -450,34 +611,32 @@ def _reopen(path: Path) -> ConceptBank:
 
 
 def load_bank(path: str | Path, *, verify: bool = True) -> ConceptBank:
-    """Load a bank directory written by `build_bank`.
+    """Load a bank directory written by `build_bank`, after checking it against its manifest
+    (`curi.bank_format`): the manifest's own checksum and structure, the files it must list,
+    and every file's size, shape and dtype against the manifest and the counts it states.
 
     Args:
         path: the bank directory.
-        verify: check every file's checksum against the manifest.
+        verify: also check every file's SHA-256 (reads the whole bank; the cheap checks above
+            are always made).
 
     Raises:
-        BankError: missing directory or manifest, unknown format, missing or corrupt file.
+        BankError: missing directory or manifest, unknown format, a missing, damaged or
+            inconsistent file or manifest field (naming it).
     """
     path = Path(path).expanduser()
     hint = "build it with `curi bank bank=<preset> data_dir=<dir>`"
+    if temporaries(path) or asides(path):
+        with _build_lock(path, wait=False) as held:
+            if held is not None:  # no build of this bank is running
+                _tidy(path)
     if not path.is_dir():
         raise BankError(f"bank not found at {path}; {hint}")
+    manifest = check_manifest(path, read_manifest(path, hint), _CONFIG_TYPES)
+    check_files(path, manifest, verify=verify)
     try:
-        manifest = json.loads((path / "manifest.json").read_text())
-    except FileNotFoundError:
-        raise BankError(f"{path} has no manifest.json: not a complete bank; {hint}") from None
-    except json.JSONDecodeError as e:
-        raise BankError(f"{path}/manifest.json is corrupt ({e}); rebuild the bank") from None
-    if manifest.get("format") != FORMAT_VERSION:
+        return ConceptBank(path, manifest)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise BankError(
-            f"bank at {path} has format {manifest.get('format')}, this curi reads "
-            f"{FORMAT_VERSION}; rebuild it (add force=true to the command)"
-        )
-    for name, digest in manifest["files"].items():
-        f = path / name
-        if not f.is_file():
-            raise BankError(f"bank at {path} is missing {name}; rebuild it (force=true)")
-        if verify and _sha256(f) != digest:
-            raise BankError(f"bank file {f} is corrupt (checksum mismatch); rebuild it")
-    return ConceptBank(path, manifest)
+            f"bank at {path} is damaged: {str(e)[:300]}; rebuild it (add force=true to the command)"
+        ) from None

@@ -79,9 +79,10 @@ def split(cfg: DictConfig) -> None:
 
 def episodes(cfg: DictConfig) -> None:
     """Export episodes with scene records (JSON lines or tar shards) and a dataset card."""
-    from curi.export import export_episodes
+    from curi.export import check_export_options, export_episodes
     from curi.splits import make_split
 
+    check_export_options(cfg.n, cfg.shard_size, cfg.seed)  # before building a bank
     bank = open_bank_from_config(cfg)
     s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
     out = export_episodes(

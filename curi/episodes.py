@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from curi import validate
 from curi.bits import select_bits, unpack_rows
 from curi.errors import ConfigError
 from curi.posterior import consistent_words
 from curi.rng import derive_rng
 from curi.splits import Split, make_split
+from curi.validate import MAX_EPISODES, choice
 
 __all__ = ["Episode", "EpisodeSampler", "PAPER_SIZES", "NEGATIVES"]
 
@@ -122,11 +124,10 @@ class EpisodeSampler:
         num_negatives: int = 20,
         size: int | None = None,
     ):
-        if negatives not in NEGATIVES:
-            raise ConfigError(f"negatives must be one of {NEGATIVES}, got {negatives!r}")
+        choice(negatives, "negatives", NEGATIVES)
         query_negatives = query_negatives or negatives
-        if query_negatives not in QUERY_NEGATIVES:
-            raise ConfigError(f"query_negatives must be one of {QUERY_NEGATIVES}")
+        choice(query_negatives, "query_negatives", QUERY_NEGATIVES)
+        choice(subset, "subset", PAPER_SIZES)
         self.bank = bank
         self.split = split if isinstance(split, Split) else make_split(bank, split)
         self.subset = subset
@@ -135,15 +136,29 @@ class EpisodeSampler:
             raise ConfigError(f"split {self.split.name!r} has no {subset} concepts in this bank")
         self.negatives = negatives
         self.query_negatives = query_negatives
-        self.seed = int(seed)
-        self.num_positives = num_positives
-        self.num_negatives = num_negatives
-        self.size = PAPER_SIZES[subset] if size is None else int(size)
-        if min(bank.counts[self.concepts]) < 2 * num_positives:
-            raise ConfigError(f"some concepts have fewer than {2 * num_positives} positives")
+        self.seed = validate.seed(seed)
+        self.size = validate.integer(
+            PAPER_SIZES[subset] if size is None else size, "size", low=1, high=MAX_EPISODES
+        )
+        self.num_positives, self.num_negatives = self._check_counts(num_positives, num_negatives)
         w = np.exp(np.asarray(bank.log_prior, np.float64)[self.concepts])
         self._cum = np.cumsum(w / w.sum())
         self._tag = f"{self.split.name}:{subset}"
+
+    def _check_counts(self, num_positives, num_negatives) -> tuple[int, int]:
+        """(num_positives, num_negatives), once the bank can supply them: every concept of the
+        subset has 2 * num_positives positives (support and query), and the scenes outside the
+        commonest one hold the 2 * num_negatives distinct negatives at least twice
+        over, so that drawing them by rejection ends quickly."""
+        counts = np.asarray(self.bank.counts)[self.concepts]
+        npos = validate.integer(
+            num_positives, "num_positives", low=1, high=max(1, int(counts.min()) // 2)
+        )
+        outside = self.bank.num_scenes - int(counts.max())
+        nneg = validate.integer(num_negatives, "num_negatives", low=1, high=max(1, outside // 4))
+        if counts.min() < 2 * npos:
+            raise ConfigError(f"some concepts have fewer than {2 * npos} positives")
+        return npos, nneg
 
     def __len__(self) -> int:
         return self.size

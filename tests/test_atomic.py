@@ -70,3 +70,24 @@ def test_a_folder_is_published_whole_and_replaces_the_old_one(tmp_path):
         raise RuntimeError("interrupted")
     assert sorted(p.name for p in path.iterdir()) == ["b.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bank"]
+
+
+def test_a_folder_swap_renames_the_new_one_in_before_deleting_the_old(tmp_path, monkeypatch):
+    """Killed (here: failing) while deleting the old folder, the new one is already in place
+    and the old one is left under its aside name for the caller to remove."""
+    import shutil
+
+    from curi.atomic import aside_name, asides
+
+    path = tmp_path / "bank"
+    with atomic_dir(path) as tmp:
+        (tmp / "old.txt").write_text("old")
+
+    def interrupted(p, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt), atomic_dir(path) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert sorted(p.name for p in path.iterdir()) == ["new.txt"]
+    assert asides(path) == [aside_name(path)] and (aside_name(path) / "old.txt").is_file()

@@ -46,3 +46,12 @@ def test_bad_files(tmp_path):
     bad.write_bytes(b"not a tar file at all" * 30)
     with pytest.raises(EpisodeFileError, match="cannot read"):
         list(read_episode_file(bad))
+
+
+def test_gzip_exports_are_byte_identical(tiny_bank, split, tmp_path):
+    # The gzip header must hold neither the time nor the (temporary) file name.
+    a, b = tmp_path / "a.jsonl.gz", tmp_path / "b" / "eps.jsonl.gz"
+    export_episodes(tiny_bank, split, "test", a, n=3, progress=False)
+    export_episodes(tiny_bank, split, "test", b, n=3, progress=False)
+    assert a.read_bytes() == b.read_bytes()
+    assert len(list(read_episode_file(b))) == 3

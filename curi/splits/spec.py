@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from curi.errors import SplitError
+from curi import validate
+from curi.errors import ConfigError, SplitError
 from curi.splits.base import VAL_POLICIES
 from curi.splits.rules import COMMON_KEYS, SPLIT_RULES, SplitRule
 
@@ -76,13 +77,11 @@ class SplitSpec:
             )
         if val not in VAL_POLICIES:
             raise SplitError(f"split {name!r}: val must be one of {VAL_POLICIES}, got {val!r}")
-        try:
-            val_fraction, seed = float(val_fraction), int(seed)
-        except (TypeError, ValueError):
-            raise SplitError(
-                f"split {name!r}: val_fraction must be a number and seed an integer; got "
-                f"{val_fraction!r} and {seed!r}"
-            ) from None
+        try:  # a seed of -1 or 1.5 is refused here, not truncated or failing later
+            val_fraction = validate.number(val_fraction, "val_fraction")
+            seed = validate.seed(seed)
+        except ConfigError as e:
+            raise SplitError(f"split {name!r}: {e}") from None
         if val == "disjoint" and not 0 <= val_fraction <= 1:
             raise SplitError(f"split {name!r}: val_fraction must lie in [0, 1], got {val_fraction}")
         for key, value in [

@@ -1,0 +1,79 @@
+"""Names that become paths: the one check that a bank name, an output name under a run
+folder, or a name stored in a file (a checkpoint's config) stays inside the folder it is meant
+for. Without it ``data_dir / name`` follows ``..``, absolute names and symlinks: a bank named
+``./../victim`` with ``force=true`` replaced a folder beside the data directory
+(docs/reliability.md, "paths").
+
+Paths the user gives explicitly (``data_dir=``, ``output_dir=``, ``curi episodes out=FILE``,
+``checkpoint=``) are the user's choice and are not checked here; only a *name* that a config
+places under such a folder is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from curi.errors import ConfigError
+
+__all__ = ["inside", "safe_name"]
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def safe_name(name: object, what: str) -> str:
+    """`name`, once it is a single plain folder or file name: letters, digits, ``_``, ``-``
+    and ``.``, not starting with ``.`` (so not ``.`` or ``..``, and never one of the hidden
+    temporaries ``.<name>.tmp-<pid>`` of `curi.atomic`), no separator.
+
+    Args:
+        name: the name to check.
+        what: what the name is, for the message (``"bank name"``).
+
+    Raises:
+        ConfigError: naming `what`, the value and the allowed characters.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"{what} {name!r} is not a plain name: use letters, digits, '_', '-' and '.', "
+            "not starting with '.', with no '/' (it becomes a folder under its parent folder)"
+        )
+    return name
+
+
+def inside(
+    root: str | Path, name: str | Path, *, what: str, child: bool = True, hint: str = ""
+) -> Path:
+    """``root / name``, once it is known to stay inside `root`.
+
+    Both are resolved (``..``, symlinks, ``~`` in `root`) before they are compared, so an
+    absolute `name`, ``../x``, ``a/../../x`` or a symlink under `root` that points elsewhere
+    are refused; `root` need not exist yet. The path returned is the unresolved
+    ``root / name`` (what the user sees in messages and files stays as before).
+
+    Args:
+        root: the folder the path must stay in.
+        name: a name or relative path under `root`.
+        what: what `name` is, for the message (``"eval out"``).
+        child: refuse `root` itself (``name`` of ``"."`` or ``"a/.."``), for a name that must
+            be something *in* the folder, never the folder.
+        hint: appended to the message (how to write elsewhere on purpose).
+
+    Raises:
+        ConfigError: the path resolves outside `root` (or to `root` when `child`).
+    """
+    root = Path(root).expanduser()
+    path = root / name
+    try:
+        base, target = root.resolve(), path.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise ConfigError(f"{what} {str(name)!r}: cannot resolve {path}: {e}{hint}") from None
+    if target == base and child:
+        raise ConfigError(
+            f"{what} {str(name)!r} names the folder {root} itself; give a name in it{hint}"
+        )
+    if not target.is_relative_to(base):
+        raise ConfigError(
+            f"{what} {str(name)!r} resolves to {target}, outside {root}; give a name that stays "
+            f"inside that folder (no '..', absolute path or symlink leading out of it){hint}"
+        )
+    return path
