@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
+import re
 import shutil
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
-from curi.atomic import atomic_path
+from curi.atomic import atomic_path, write_text
 from curi.errors import ConfigError
 
 __all__ = [
@@ -44,13 +47,37 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
                 break
     if not p.is_file():
         raise ConfigError(f"checkpoint not found at {path}; give a .pt file or a run directory")
-    try:
-        payload = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means an unusable file
-        raise ConfigError(f"cannot read checkpoint {p}: {type(e).__name__}: {e}") from None
+    payload = _safe_load(p)
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{p} is not a curi checkpoint (format {CHECKPOINT_FORMAT})")
     return payload, p
+
+
+def _safe_load(p: Path) -> object:
+    """`torch.load` of tensors and plain values only (``weights_only=True``): a checkpoint
+    holds nothing else, and anything else could run code while unpickling. A file that needs
+    more is refused with curi's message, never torch's advice to load it unsafely.
+
+    Raises:
+        ConfigError: the file needs other objects, or is not a torch file at all.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol")  # for torch devs
+        try:
+            return torch.load(p, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+            if found:
+                raise ConfigError(
+                    f"refusing checkpoint {p}: it needs {found.group(1)}, but a curi checkpoint "
+                    "holds only tensors and plain values and loading anything else could run "
+                    "code; use one written by `curi train`"
+                ) from None
+            why = "not a torch checkpoint of tensors and plain values"
+        except Exception as e:  # noqa: BLE001 - any other failure means an unusable file
+            first = (str(e).splitlines() or [""])[0][:200]
+            why = type(e).__name__ if "weights_only" in first else f"{type(e).__name__}: {first}"
+    raise ConfigError(f"cannot read checkpoint {p} ({why}); use one written by `curi train`")
 
 
 def save_checkpoint(payload: dict, path: Path) -> None:
@@ -70,24 +97,36 @@ def link_checkpoint(src: Path, dst: Path) -> None:
 
 class MetricLogger:
     """Scalars to ``metrics.jsonl`` (always; one JSON object per line) and to TensorBoard under
-    ``tb/`` when `torch.utils.tensorboard` imports. Disabled on non-zero DDP ranks."""
+    ``tb/`` when `torch.utils.tensorboard` imports. Disabled on non-zero DDP ranks.
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True) -> None:
+    A run resumed from the checkpoint of step `resume_step` replays the steps after it, which
+    the interrupted run may have logged already: those rows are dropped (TensorBoard: purged)
+    when the logger opens, so every (tag, step) is recorded once, with the resumed value.
+    """
+
+    def __init__(self, run_dir: Path, *, enabled: bool = True,
+                 resume_step: int | None = None) -> None:  # fmt: skip
         self.enabled, self.tb, self._file = enabled, None, None
+        self._kept: set[tuple[str, int]] = set()  # rows of the interrupted run, kept
         if not enabled:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
-        self._file = (run_dir / "metrics.jsonl").open("a")
+        path = run_dir / "metrics.jsonl"
+        if resume_step is not None and path.is_file():
+            self._kept = _keep_rows_through(path, resume_step)
+        self._file = path.open("a")
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(run_dir / "tb"))
+            purge = None if resume_step is None else resume_step + 1
+            self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
         except ImportError:
             log.info("tensorboard is not installed: metrics go to metrics.jsonl only")
 
     def log(self, step: int, tag: str, values: Mapping[str, float | None]) -> None:
-        """Record `values` under `tag` (``train``, ``val``) at `step`."""
-        if not self.enabled:
+        """Record `values` under `tag` (``train``, ``val``) at `step`, unless a resumed run's
+        earlier part recorded them already."""
+        if not self.enabled or (tag, step) in self._kept:
             return
         clean = {k: v for k, v in values.items() if isinstance(v, (int, float))}
         self._file.write(json.dumps({"step": step, "tag": tag, **clean}) + "\n")
@@ -101,3 +140,20 @@ class MetricLogger:
             self._file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def _keep_rows_through(path: Path, step: int) -> set[tuple[str, int]]:
+    """Rewrite ``metrics.jsonl`` with only its rows up to `step` (a line cut short by a kill
+    goes too); returns their (tag, step)."""
+    kept, lines = set(), []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            key = (row["tag"], int(row["step"]))
+        except (ValueError, TypeError, KeyError):
+            continue
+        if key[1] <= step:
+            kept.add(key)
+            lines.append(line + "\n")
+    write_text(path, "".join(lines))
+    return kept

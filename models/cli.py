@@ -10,9 +10,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi.errors import ConfigError
-from curi.models.config import RunConfig
+from curi.models.config import RunConfig, check_eval_options
 from curi.models.evaluate import evaluate_checkpoint, write_metrics
 from curi.models.train import train as train_run
+from curi.paths import inside
 
 __all__ = ["train", "evaluate"]
 
@@ -40,6 +41,13 @@ def evaluate(cfg: DictConfig) -> None:
     """Evaluate a checkpoint on test episodes, with the oracles on the same episodes."""
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("give the checkpoint to evaluate: checkpoint=<run dir or .pt file>")
+    check_eval_options(
+        episodes=cfg.episodes, seed=cfg.seed, batch_size=cfg.batch_size,
+        num_workers=cfg.num_workers, chunk=cfg.chunk,
+    )  # fmt: skip
+    out = inside(
+        cfg.output_dir, cfg.out, what="eval out", hint="; set output_dir= to write elsewhere"
+    )
     split = cfg.split
     if split is not None and not isinstance(split, str):
         split = OmegaConf.to_container(split, resolve=True)
@@ -61,7 +69,7 @@ def evaluate(cfg: DictConfig) -> None:
         likelihood=cfg.likelihood,
         progress=cfg.progress,
     )
-    path = write_metrics(metrics, Path(cfg.output_dir) / cfg.out)
+    path = write_metrics(metrics, out)
     log.info("wrote %s", path)
     brief = {k: metrics[k] for k in ("checkpoint", "step", "split", "negatives", "episodes")}
     print(json.dumps({**brief, "model": metrics["model"], "oracles": metrics["oracles"],

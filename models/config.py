@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from curi import validate
 from curi.commands import open_bank as open_bank_at
 from curi.errors import ConfigError, known_options
 from curi.models.data import (
@@ -23,11 +24,20 @@ __all__ = [
     "RunConfig",
     "TrainSettings",
     "build_model",
+    "check_eval_options",
     "check_resumable",
     "open_bank",
 ]
 
 _AMP_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_MAX_BATCH = 100_000  # episodes per batch
+# integer train settings and their ranges (the upper bounds keep a run's arrays in memory)
+_TRAIN_INTS = {
+    "steps": (1, 10**9), "batch_size": (1, _MAX_BATCH), "log_every": (1, 10**9),
+    "eval_every": (1, 10**9), "checkpoint_every": (1, 10**9),
+    "val_episodes": (1, validate.MAX_EPISODES), "train_episodes": (1, validate.MAX_EPISODES),
+    "eval_batch_size": (1, _MAX_BATCH), "eval_chunk": (1, 10**6), "num_workers": (0, 256),
+}  # fmt: skip
 # Settings that may change when a run is resumed (they do not change what a step computes).
 _RESUMABLE = {
     "steps", "eval_every", "checkpoint_every", "log_every", "num_workers", "val_episodes",
@@ -92,33 +102,49 @@ class TrainSettings:
         return out
 
     def check(self) -> None:
-        """Raise ConfigError for values out of range."""
-        for k in ("steps", "log_every", "eval_every", "checkpoint_every", "val_episodes",
-                  "train_episodes", "eval_chunk"):  # fmt: skip
-            if int(getattr(self, k)) < 1:
-                raise ConfigError(f"train.{k} must be >= 1, got {getattr(self, k)}")
-        if self.num_workers < 0:
-            raise ConfigError(f"train.num_workers must be >= 0, got {self.num_workers}")
-        if self.alpha < 0:
-            raise ConfigError(f"train.alpha must be >= 0, got {self.alpha}")
-        if self.grad_clip is not None and self.grad_clip <= 0:
-            raise ConfigError("train.grad_clip must be > 0, or null to disable clipping")
-        if self.amp_dtype not in _AMP_DTYPES:
-            raise ConfigError(f"train.amp_dtype must be one of {sorted(_AMP_DTYPES)}")
+        """Raise ConfigError for values out of range (one message naming the key, the value
+        and the allowed range); store integral values as ints. A batch size, step count or
+        learning rate of 0 is refused, never replaced by a default."""
+        for key, (low, high) in _TRAIN_INTS.items():
+            value = getattr(self, key)
+            if value is None and key in ("batch_size", "eval_batch_size"):
+                continue
+            object.__setattr__(
+                self, key, validate.integer(value, f"train.{key}", low=low, high=high)
+            )
+        for key in ("batch_size_by_modality", "lr_by_modality"):
+            if not isinstance(getattr(self, key), Mapping):
+                raise ConfigError(f"train.{key} must be a mapping modality -> value")
+        for m, b in self.batch_size_by_modality.items():
+            validate.integer(b, f"train.batch_size_by_modality.{m}", low=1, high=_MAX_BATCH)
+        rates = dict(self.lr_by_modality, **({} if self.lr is None else {"": self.lr}))
+        for m, lr in rates.items():
+            name = f"train.lr_by_modality.{m}" if m else "train.lr"
+            validate.number(lr, name, low=0, high=10, open_low=True)
+        validate.number(self.alpha, "train.alpha", low=0, high=1e6)
+        if self.grad_clip is not None:
+            validate.number(self.grad_clip, "train.grad_clip", low=0, open_low=True)
+        if not isinstance(self.amp, bool):
+            raise ConfigError(f"train.amp must be true or false, got {self.amp!r}")
+        validate.choice(self.amp_dtype, "train.amp_dtype", sorted(_AMP_DTYPES))
 
     def batch_for(self, modality: str) -> int:
         """Episodes per step for `modality`."""
-        b = self.batch_size or self.batch_size_by_modality.get(modality)
-        if not b or b < 1:
+        b = (
+            self.batch_size
+            if self.batch_size is not None
+            else self.batch_size_by_modality.get(modality)
+        )
+        if b is None:
             raise ConfigError(f"no batch size for modality {modality!r}; set train.batch_size")
-        return int(b)
+        return validate.integer(b, "train.batch_size", low=1, high=_MAX_BATCH)
 
     def lr_for(self, modality: str) -> float:
         """Adam learning rate for `modality`."""
         lr = self.lr if self.lr is not None else self.lr_by_modality.get(modality)
-        if lr is None or lr <= 0:
+        if lr is None:
             raise ConfigError(f"no learning rate for modality {modality!r}; set train.lr")
-        return float(lr)
+        return validate.number(lr, "train.lr", low=0, high=10, open_low=True)
 
     def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
         """The autocast dtype on `device`, or None (no AMP: CPU, or amp off)."""
@@ -170,17 +196,53 @@ class RunConfig:
             raise ConfigError("pooling needs a name: avg, concat, relation_net or transformer")
         return cls(**d)
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ConfigError for values out of range: a zero embedding (which trained at loss
+        ln 2), a negative or non-integer seed, an unknown negatives kind, bad train settings."""
+        object.__setattr__(
+            self, "embed_dim", validate.integer(self.embed_dim, "embed_dim", low=1, high=65536)
+        )
+        object.__setattr__(self, "seed", validate.seed(self.seed))
+        validate.choice(self.negatives, "negatives", ("hard", "easy"))
+        if not isinstance(self.train, TrainSettings):
+            raise ConfigError(
+                "train must be TrainSettings; build a run with RunConfig.from_mapping"
+            )
+        self.train.check()
+
     def to_dict(self) -> dict:
         """Plain JSON-ready form (what checkpoints store)."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
+def check_eval_options(*, episodes, seed, batch_size, num_workers, chunk) -> None:
+    """Refuse `curi eval`'s numeric options out of range before a checkpoint is loaded: a
+    batch size of 0 is refused, not replaced by the training batch size.
+
+    Raises:
+        ConfigError: naming the key, the value and the allowed range.
+    """
+    validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES)
+    validate.seed(seed)
+    if batch_size is not None:
+        validate.integer(batch_size, "batch_size", low=1, high=_MAX_BATCH)
+    validate.integer(num_workers, "num_workers", low=0, high=256)
+    validate.integer(chunk, "chunk", low=1, high=10**6)
+
+
 def open_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool = False):
     """The run's bank (`curi.commands.open_bank`) under `data_dir`, else the folder of
-    `bank_path` (the one a checkpoint recorded) when it still holds the bank, else
+    `bank_path` (the one a checkpoint recorded) when it still holds that bank (its folder is
+    named for it: never a sibling of some other folder a crafted checkpoint names), else
     ``run.data_dir`` or the default."""
-    if data_dir is None and bank_path is not None and (Path(bank_path) / "manifest.json").is_file():
-        data_dir = Path(bank_path).parent
+    path = Path(bank_path) if bank_path is not None else None
+    name = run.bank.get("name", "default")
+    if data_dir is None and path is not None and path.name == name:
+        if (path / "manifest.json").is_file():
+            data_dir = path.parent
     return open_bank_at(run.bank, run.data_dir if data_dir is None else data_dir, progress=progress)
 
 

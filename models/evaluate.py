@@ -35,6 +35,7 @@ from curi.oracles.metrics import (
     class_balanced_accuracy_batch,
     pooled_class_balanced_accuracy,
 )
+from curi.paths import safe_name
 
 __all__ = [
     "embed_eval_set",
@@ -236,6 +237,10 @@ def evaluate_checkpoint(
 
     ckpt, path = load_checkpoint(checkpoint)
     run = RunConfig.from_mapping(ckpt["config"])
+    try:  # a crafted or edited checkpoint must not place the bank outside data_dir
+        safe_name(run.bank.get("name", "default"), "bank name")
+    except ConfigError as e:
+        raise ConfigError(f"checkpoint {path} stores a bad bank: {e}") from None
     dev = resolve_device(device)
     bank = open_bank(run, data_dir=data_dir, bank_path=ckpt.get("bank_path"), progress=progress)
     split_cfg = run.split if split is None else split

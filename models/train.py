@@ -200,7 +200,9 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
         scaler=scaler, loader=loader,
         val=EpisodeSampler(bank, split, "val", run.negatives, seed=run.seed,
                            size=s.val_episodes),
-        eval_set=EvalSet.from_bank(bank), logger=MetricLogger(run_dir, enabled=rt.is_main),
+        eval_set=EvalSet.from_bank(bank),
+        logger=MetricLogger(run_dir, enabled=rt.is_main,
+                            resume_step=None if resume is None else start),
         batch=batch, lr=lr, max_len=max_len, workers=workers,
         counts=model.parameter_counts(), start=start, state=state,
     )  # fmt: skip

@@ -7,7 +7,7 @@ import logging
 from omegaconf import DictConfig, OmegaConf
 
 from curi.commands import open_bank_from_config
-from curi.oracles.gap import compositionality_gap
+from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, write_report
 
 __all__ = ["gap"]
@@ -17,6 +17,7 @@ log = logging.getLogger("curi")
 
 def gap(cfg: DictConfig) -> None:
     """Compositionality gap of every split (strong/weak/random oracles, D_A, D_C)."""
+    check_gap_options(cfg.episodes.test, cfg.workers, cfg.seed)  # before building a bank
     bank = open_bank_from_config(cfg)
     splits = OmegaConf.to_container(cfg.splits, resolve=True)
     negatives = OmegaConf.to_container(cfg.negatives, resolve=True)

@@ -13,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
+from curi import validate
 from curi.bits import byte_codes, pack_rows, transpose_blocks, unpack_rows
 from curi.divergence import DivergenceIndex
 from curi.episodes import EpisodeSampler
@@ -21,6 +22,8 @@ from curi.oracles.policies import Oracle
 from curi.posterior import predictive_on
 from curi.rng import derive_rng
 from curi.splits import PAPER_SPLITS, Split, make_split
+
+MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
 
 __all__ = ["EvalSet", "compositionality_gap", "ap_from_counts", "ROW_KEYS"]
 
@@ -263,6 +266,17 @@ def score_split(
     return row
 
 
+def check_gap_options(episodes, workers, seed) -> tuple[int, int, int]:
+    """(episodes, workers, seed) as ints once in range: at least one episode (0 made a table
+    of NaNs) and at most `MAX_GAP_EPISODES` (the per-episode arrays of 10**12 episodes asked
+    for terabytes); cheap, so `curi gap` checks them before opening the bank."""
+    return (
+        validate.integer(episodes, "episodes.test", low=1, high=MAX_GAP_EPISODES),
+        validate.integer(workers, "workers", low=0, high=1024),
+        validate.seed(seed),
+    )
+
+
 def compositionality_gap(
     bank,
     splits=PAPER_SPLITS,
@@ -288,7 +302,12 @@ def compositionality_gap(
         divergences: also compute DBCA atom / compound divergences per split.
         workers: processes (0: one per CPU core).
         progress: show progress bars.
+
+    Raises:
+        ConfigError: episodes outside [1, `MAX_GAP_EPISODES`], a negative number of workers,
+            or a seed that is not a non-negative integer.
     """
+    episodes, workers, seed = check_gap_options(episodes, workers, seed)
     if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
         splits = [splits]
     if isinstance(negatives, str):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from curi import validate
 from curi.commands import open_bank_from_config
 from curi.errors import ConfigError
 from curi.renderers import get_renderer
@@ -33,23 +34,23 @@ def _threads(cfg: DictConfig) -> None:
     torch's small parallel regions stall (10x slower measured on a shared 2-core machine)."""
     n = cfg.get("threads")
     if n is not None:
-        if n < 1:
-            raise ConfigError(f"threads must be at least 1 (or null), got {n}")
+        n = validate.integer(n, "threads", low=1, high=1024)
         import torch
 
-        torch.set_num_threads(int(n))
+        torch.set_num_threads(n)
 
 
 def show(cfg: DictConfig) -> None:
     """Render one scene, or one episode (sheet + page), as image, sound and spectrogram."""
     _threads(cfg)
+    _check_show(cfg)
     bank = open_bank_from_config(cfg)
     if cfg.episode is not None:
         _show_episode(bank, cfg)
         return
     if not 0 <= cfg.scene < bank.num_scenes:
         raise ConfigError(f"scene={cfg.scene} is out of range; the bank has {bank.num_scenes}")
-    record = bank.scene_records([cfg.scene])[0]
+    record = bank.scene_records([int(cfg.scene)])[0]
     page = write_scene_page(
         record,
         Path(cfg.out),
@@ -60,13 +61,22 @@ def show(cfg: DictConfig) -> None:
     print(page)
 
 
+def _check_show(cfg: DictConfig) -> None:
+    """Refuse `curi show`'s numeric options of the wrong type or sign before the bank opens
+    (their upper bounds depend on the bank and are checked once it is open)."""
+    if cfg.episode is None:
+        validate.integer(cfg.scene, "scene", low=0)
+    else:
+        validate.integer(cfg.episode, "episode", low=0)
+    validate.seed(cfg.seed)
+    validate.number(cfg.sheet_scale, "sheet_scale", low=0, high=8, open_low=True)
+
+
 def _show_episode(bank, cfg: DictConfig) -> None:
     """Episode `cfg.episode` of (split, subset, negatives, seed) as a PNG sheet (support and
     query grids, positives and negatives marked, the concept on top) and an HTML page."""
     from curi import EpisodeSampler, make_split, parse
 
-    if cfg.sheet_scale <= 0:
-        raise ConfigError(f"sheet_scale must be positive, got {cfg.sheet_scale}")
     split = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
     sampler = EpisodeSampler(
         bank, split, cfg.subset, cfg.negatives, seed=cfg.seed, query_negatives=cfg.query_negatives
@@ -76,7 +86,7 @@ def _show_episode(bank, cfg: DictConfig) -> None:
             f"episode={cfg.episode} is out of range; {split.name}/{cfg.subset} has "
             f"{len(sampler)} episodes"
         )
-    ep = sampler[cfg.episode]
+    ep = sampler[int(cfg.episode)]
     title = (
         f"{bank.path.name} / {split.name} / {cfg.subset} / {cfg.negatives} negatives / "
         f"seed {cfg.seed} / episode {cfg.episode}"
@@ -101,8 +111,8 @@ def render_episodes(cfg: DictConfig) -> None:
                 f"{key}= is required: {what} (`curi episodes render in=FILE "
                 "modality=image out=DIR`)"
             )
-    if cfg.limit is not None and cfg.limit < 1:
-        raise ConfigError(f"limit must be at least 1 (or null for all), got {cfg.limit}")
+    if cfg.limit is not None:
+        validate.integer(cfg.limit, "limit", low=1, high=validate.MAX_EPISODES)
     _threads(cfg)
     opts = OmegaConf.to_container(cfg.modality, resolve=True)
     index = render_episode_file(

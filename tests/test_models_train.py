@@ -253,7 +253,7 @@ def test_bad_configs_are_clear_errors(tiny_bank_dir, tmp_path):
         models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "+pooling.width=3"))
     with pytest.raises(ConfigError, match="unknown train option"):
         TrainSettings.from_mapping({"stpes": 3})
-    with pytest.raises(ConfigError, match="train.steps must be >= 1"):
+    with pytest.raises(ConfigError, match=r"train.steps must be an integer in \[1, "):
         models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "train.steps=0"))
     with pytest.raises(ConfigError, match="checkpoint=<run dir"):
         models_cli.evaluate(_compose("eval", [f"output_dir={tmp_path}"]))
@@ -362,3 +362,45 @@ def test_two_processes_train_with_ddp_and_rank_0_writes(tiny_bank_dir, tmp_path)
     names = {p.name for p in (run_dir / "checkpoints").glob("*.pt")}
     assert names == {"step_0000002.pt", "last.pt", "best.pt"}
     assert [r["step"] for r in _log(run_dir, "train")] == [1, 2]  # one writer: no duplicates
+
+
+def test_resumed_run_logs_each_step_once(tiny_bank_dir, tmp_path):
+    # A run killed after its checkpoint at step 3 logged steps 4..5; resuming it in the same
+    # directory replays them: metrics.jsonl must hold each (tag, step) once, the replayed value.
+    over = ["train.steps=5", "train.checkpoint_every=3", "train.eval_every=3",
+            "train.val_episodes=4"]  # fmt: skip
+    run = tmp_path / "run"
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over))
+    first = _log(run, "train")
+    resume = f"resume={run / 'checkpoints' / 'step_0000003.pt'}"
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over, resume))
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    keys = [(r["tag"], r["step"]) for r in rows]
+    assert len(keys) == len(set(keys)), sorted(keys)
+    assert [r["step"] for r in _log(run, "train")] == [1, 2, 3, 4, 5]
+    assert [r["loss"] for r in _log(run, "train")] == [r["loss"] for r in first]
+    assert {r["step"] for r in _log(run, "val")} == {3, 5}
+
+
+def test_checkpoint_that_needs_unsafe_globals_is_refused_cleanly(tmp_path):
+    # A crafted checkpoint whose unpickling would call open(): refused before anything runs,
+    # with curi's message, not torch's advice to load with weights_only=False.
+    marker = tmp_path / "ran"
+
+    class Crafted:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    bad = tmp_path / "crafted.pt"
+    torch.save({"format": 1, "step": 3, "model": Crafted()}, bad)
+    with pytest.raises(ConfigError) as err:
+        load_checkpoint(bad)
+    msg = str(err.value)
+    assert "weights_only" not in msg and "open" in msg and str(bad) in msg
+    assert len(msg) < 400 and not marker.exists()
+    # Not a pickle at all: torch's advice must not reach the user either.
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x80\x02not a checkpoint" * 20)
+    with pytest.raises(ConfigError) as err:
+        load_checkpoint(garbage)
+    assert "weights_only" not in str(err.value)

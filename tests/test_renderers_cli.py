@@ -19,7 +19,7 @@ def test_show_writes_image_sound_and_page(tiny_bank_dir, tmp_path):
     assert 'src="scene.png"' in page and "<audio" in page and 'src="spectrogram.png"' in page
 
     bad = run_curi(*args, "scene=-1", f"out={tmp_path / 'x'}", cwd=tmp_path)
-    assert bad.returncode == 2 and "out of range" in bad.stderr
+    assert bad.returncode == 2 and "scene must be an integer in [0, inf], got -1" in bad.stderr
 
 
 def test_show_episode_writes_sheet_and_page(tiny_bank_dir, tmp_path):
