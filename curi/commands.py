@@ -61,7 +61,8 @@ def bank(cfg: DictConfig) -> None:
 
 
 def split(cfg: DictConfig) -> None:
-    """Split the bank's concepts; print the sizes and the checks."""
+    """Split the bank's concepts; print the sizes and the checks (and save the split with
+    ``save=FILE.json``)."""
     from curi.splits import make_split
 
     bank = open_bank_from_config(cfg)
@@ -74,6 +75,8 @@ def split(cfg: DictConfig) -> None:
         "groups_across_train_test": int(len(set(groups[s.train]) & set(groups[s.test]))),
         "examples_test": [bank.concept(int(i)).pretty() for i in s.test[:3]],
     }
+    if cfg.get("save"):  # reusable exactly, by this bank only: `split=path.json` or rule: file
+        report["saved"] = str(s.save(cfg.save, bank))
     print(json.dumps(report, indent=2))
 
 

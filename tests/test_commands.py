@@ -26,3 +26,27 @@ def test_a_commands_config_opens_the_same_bank(tiny_bank_dir):
         {"bank": dataclasses.asdict(TINY), "data_dir": str(tiny_bank_dir.parent), "progress": False}
     )
     assert open_bank_from_config(cfg).path == tiny_bank_dir
+
+
+def test_split_command_saves_a_split_that_loads_back(tiny_bank_dir, tmp_path, capsys):
+    import json
+
+    from curi.commands import split
+    from curi.splits import make_split
+
+    out = tmp_path / "bc.json"
+    cfg = OmegaConf.create(
+        {
+            "bank": dataclasses.asdict(TINY),
+            "data_dir": str(tiny_bank_dir.parent),
+            "progress": False,
+            "split": {"name": "bc", "rule": "binding", "held_out": ["cyan"]},
+            "save": str(out),
+        }
+    )
+    split(cfg)
+    assert json.loads(capsys.readouterr().out)["saved"] == str(out)
+    bank = open_bank_from_config(cfg)
+    again = make_split(bank, out)
+    want = make_split(bank, {"name": "bc", "rule": "binding", "held_out": ["cyan"]})
+    assert again.test.tolist() == want.test.tolist() and again.train.tolist() == want.train.tolist()
