@@ -22,6 +22,8 @@ __all__ = [
     "atomic_path",
     "temporaries",
     "temporary_name",
+    "owner_alive",
+    "remove",
     "write_bytes",
     "write_text",
 ]
@@ -40,6 +42,24 @@ def temporaries(path: str | Path) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.tmp-*"))
 
 
+def owner_alive(tmp: str | Path) -> bool:
+    """Whether the process that wrote the temporary `tmp` (``...tmp-<pid>``) still runs, so
+    the file may still be in use. Ours counts as gone: one writer never finds its own
+    leftovers in use. A name without a pid counts as alive (it is not ours to delete)."""
+    pid = Path(tmp).name.rpartition(".tmp-")[2]
+    if not pid.isdigit():
+        return True
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def aside_name(path: str | Path) -> Path:
     """Where `atomic_dir` moves this process's old folder while it renames the new one in:
     ``.<name>.old-<pid>`` beside it."""
@@ -54,7 +74,8 @@ def asides(path: str | Path) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.old-*"))
 
 
-def _remove(p: Path) -> None:
+def remove(p: Path) -> None:
+    """Delete a file, link or folder (a temporary or an old folder set aside)."""
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
     else:
@@ -85,14 +106,14 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
-    _remove(tmp)
+    remove(tmp)
     try:
         yield tmp
         if fsync:
             _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
-        _remove(tmp)
+        remove(tmp)
         raise
 
 
@@ -114,20 +135,20 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
-    _remove(tmp)
+    remove(tmp)
     tmp.mkdir()
     try:
         yield tmp
         if path.exists():
             trash = aside_name(path)
-            _remove(trash)
+            remove(trash)
             path.rename(trash)
             tmp.rename(path)
             shutil.rmtree(trash)
         else:
             tmp.rename(path)
     finally:
-        _remove(tmp)
+        remove(tmp)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:

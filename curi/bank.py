@@ -15,7 +15,6 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import shutil
 import time
 import zipfile
 from collections import Counter
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from curi import validate
-from curi.atomic import asides, atomic_dir, temporaries
+from curi.atomic import asides, atomic_dir, remove, temporaries
 from curi.bank_format import (
     FORMAT_VERSION,
     MANIFEST,
@@ -317,10 +316,7 @@ def _tidy(final: Path) -> None:
                 break
     for stale in temporaries(final) + asides(final):
         log.info("removing %s, left by a killed build", stale)
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
+        remove(stale)
 
 
 def _stamp(final: Path) -> tuple[int, int] | None:

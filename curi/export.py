@@ -17,7 +17,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import re
 import tarfile
 import zlib
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from curi import validate
-from curi.atomic import atomic_path, write_text
+from curi.atomic import atomic_path, owner_alive, temporaries, write_text
 from curi.episodes import EpisodeSampler
 from curi.errors import CuriError
 from curi.splits import Split
@@ -68,32 +67,15 @@ def _export_of(path: Path) -> Path:
     return path.with_name(m.group(1) + ".tar") if m else path
 
 
-def _alive(pid: int) -> bool:
-    """Whether another process `pid` runs (ours counts as gone: its temporaries of this
-    export cannot be in use, since an export writes them from one thread)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def _remove_dead_temporaries(out: Path) -> None:
     """Remove the temporaries (``.<file>.tmp-<pid>``, `curi.atomic`) of the files, shards and
     card of the export ``out`` that killed processes left; a live process's are its own."""
-    names = [out.name, _card_path(out).name]
-    patterns = [f".{glob.escape(name)}.tmp-*" for name in names]
+    stale = temporaries(out) + temporaries(_card_path(out))
     if out.suffix == ".tar":
-        patterns.append(f".{glob.escape(out.stem)}-{_DIGITS}.tar.tmp-*")
-    for pattern in patterns:
-        for tmp in out.parent.glob(pattern):
-            pid = tmp.name.rpartition(".tmp-")[2]
-            if pid.isdigit() and not _alive(int(pid)) and tmp.is_file():
-                tmp.unlink(missing_ok=True)
+        stale += out.parent.glob(f".{glob.escape(out.stem)}-{_DIGITS}.tar.tmp-*")
+    for tmp in stale:
+        if tmp.is_file() and not owner_alive(tmp):
+            tmp.unlink(missing_ok=True)
 
 
 # --- writing ---------------------------------------------------------------------------------
