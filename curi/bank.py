@@ -42,14 +42,14 @@ from curi.bank_format import (
 from curi.bits import num_words, popcount, select_bits, transpose_blocks, unpack_rows
 from curi.concepts import MAX_NESTING, Concept, parse
 from curi.errors import BankError, ConfigError, known_options
-from curi.executor import BitScenes, execute
+from curi.executor import LOCATION_BINS, BitScenes, execute
 from curi.grammar import sample_concepts
 from curi.paths import inside, safe_name
 from curi.presets import load_preset
 from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
 from curi.rng import derive_rng
-from curi.scenes import NUM_BINS, Camera, Scenes, sample_scenes
+from curi.scenes import LAYOUTS, NUM_BINS, Camera, Scenes, sample_scenes
 from curi.validate import MAX_SEED
 
 __all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data_dir"]
@@ -74,6 +74,11 @@ class BankConfig:
         max_fraction: keep a concept only if it holds on fewer than this share of scenes (0.1).
         eval_per_concept: positives per concept in the mAP evaluation set (3).
         image_width, image_height: the camera's image size that defines location bins.
+        location_bins: ``spec`` (bins 1..8, spec section 1) or ``legacy`` (location literals
+            read as the original release's 0..7 bins: `curi.executor.LOCATION_BINS`; the
+            `paper_legacy` preset, docs/fidelity.md).
+        layout: scene layout, ``spec`` or ``clevr`` (CLEVR's directional margin as well;
+            `curi.scenes.LAYOUTS`).
         workers: processes that execute concepts (0: one per CPU core).
     """
 
@@ -88,6 +93,8 @@ class BankConfig:
     eval_per_concept: int = 3
     image_width: int = 240
     image_height: int = 160
+    location_bins: str = "spec"
+    layout: str = "spec"
     workers: int = 0
 
     @classmethod
@@ -98,14 +105,14 @@ class BankConfig:
         return out
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> BankConfig:
+    def preset(cls, preset: str, /, **overrides) -> BankConfig:
         """A bank preset by name (``tiny``, ``default``, ``paper``: the files of `conf/bank`),
         with any field overridden, e.g. ``BankConfig.preset("tiny", workers=1)``.
 
         Raises:
             ConfigError: an unknown preset (the message lists the known ones) or field.
         """
-        return cls.from_mapping({**load_preset("bank", name), **overrides})
+        return cls.from_mapping({**load_preset("bank", preset), **overrides})
 
     def check(self) -> None:
         """Raise ConfigError for values out of range (one message naming the key, the value
@@ -134,6 +141,8 @@ class BankConfig:
         for key, (low, high) in ints.items():
             value = validate.integer(getattr(self, key), f"bank.{key}", low=low, high=high)
             object.__setattr__(self, key, value)  # frozen: 2.0 -> 2, the same identity
+        validate.choice(self.location_bins, "bank.location_bins", LOCATION_BINS)
+        validate.choice(self.layout, "bank.layout", LAYOUTS)
         frac = validate.number(self.max_fraction, "bank.max_fraction", low=0, high=1, open_low=True)
         object.__setattr__(self, "max_fraction", frac)
         if self.min_positives >= int(np.ceil(frac * self.num_scenes)):
@@ -143,9 +152,14 @@ class BankConfig:
             )
 
     def identity(self) -> dict:
-        """The fields that determine the bank's content."""
+        """The fields that determine the bank's content. Options added after banks were
+        first published (`_LATER_OPTIONS`) are left out at their default, so a bank built
+        before they existed keeps its identity and is reused."""
         d = dataclasses.asdict(self)
         d.pop("workers")
+        for key, default in _LATER_OPTIONS.items():
+            if d[key] == default:
+                del d[key]
         return d
 
     @property
@@ -153,9 +167,20 @@ class BankConfig:
         return Camera(width=self.image_width, height=self.image_height)
 
 
+#: Bank options that banks of format 3 may lack, with the default such a bank was built with.
+_LATER_OPTIONS = {"location_bins": "spec", "layout": "spec"}
+
 _CONFIG_TYPES = {
     f.name: type(f.default) for f in dataclasses.fields(BankConfig) if f.name != "workers"
 }
+
+
+def _config_types(manifest: object) -> dict[str, type]:
+    """The identity fields a manifest's config must hold: every one, less the later options
+    it leaves out (at their default, see `BankConfig.identity`)."""
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    held = config if isinstance(config, dict) else {}
+    return {k: t for k, t in _CONFIG_TYPES.items() if k not in _LATER_OPTIONS or k in held}
 
 
 def default_data_dir() -> Path:
@@ -411,8 +436,10 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     workers = cfg.workers or os.cpu_count() or 1
 
     t = time.perf_counter()
-    scenes = sample_scenes(cfg.num_scenes, cfg.seed, camera=cfg.camera, progress=progress)
-    bs = BitScenes.from_scenes(scenes)
+    scenes = sample_scenes(
+        cfg.num_scenes, cfg.seed, camera=cfg.camera, layout=cfg.layout, progress=progress
+    )
+    bs = BitScenes.from_scenes(scenes, location_bins=cfg.location_bins)
     timings["scenes"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -512,7 +539,8 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     text = json.dumps(seal(manifest), indent=2) + "\n"
     (out / MANIFEST).write_text(text, encoding="utf-8")
     # What load_bank checks holds for every bank published (a writer bug fails the build).
-    check_files(out, check_manifest(out, json.loads(text), _CONFIG_TYPES), verify=False)
+    written = json.loads(text)
+    check_files(out, check_manifest(out, written, _config_types(written)), verify=False)
     log.info(
         "bank: %d concepts in %d synonym groups", len(kept), manifest["counts"]["synonym_groups"]
     )
@@ -628,7 +656,8 @@ def load_bank(path: str | Path, *, verify: bool = True) -> ConceptBank:
                 _tidy(path)
     if not path.is_dir():
         raise BankError(f"bank not found at {path}; {hint}")
-    manifest = check_manifest(path, read_manifest(path, hint), _CONFIG_TYPES)
+    raw = read_manifest(path, hint)
+    manifest = check_manifest(path, raw, _config_types(raw))
     check_files(path, manifest, verify=verify)
     try:
         return ConceptBank(path, manifest)

@@ -30,7 +30,13 @@ from curi.scenes import (
     records_to_props,
 )
 
-__all__ = ["BitScenes", "evaluate", "execute"]
+__all__ = ["LOCATION_BINS", "BitScenes", "evaluate", "execute"]
+
+#: How an integer literal compared with a location reads: ``spec`` (bins 1..8, the literal k is
+#: bin k; spec section 1) or ``legacy`` (the original release binned 0..7 while its constants
+#: are 1..8: the literal k is then our bin k + 1, and 8 is never met; docs/fidelity.md). Only
+#: the literal's code changes, so one set of scene planes serves both.
+LOCATION_BINS = ("spec", "legacy")
 
 
 def _width(max_code: int) -> int:
@@ -66,20 +72,27 @@ class BitScenes:
         valid: (5, W) words, bit set where object slot k exists.
         planes: property -> (bits, 5, W) words, bit b of the slot's value code.
         scene_mask: (W,) words, bit set for real scenes (clears the padding of the last word).
+        location_bins: how location literals read (`LOCATION_BINS`).
     """
 
     num_scenes: int
     valid: object
     planes: dict[str, object]
     scene_mask: object
+    location_bins: str = "spec"
 
     @property
     def num_words(self) -> int:
         return int(self.scene_mask.shape[-1])
 
     @classmethod
-    def from_arrays(cls, n_objects: np.ndarray, props: np.ndarray) -> BitScenes:
-        """Build planes from columnar arrays: n_objects (N,), props (N, 5, 6)."""
+    def from_arrays(
+        cls, n_objects: np.ndarray, props: np.ndarray, *, location_bins: str = "spec"
+    ) -> BitScenes:
+        """Build planes from columnar arrays: n_objects (N,), props (N, 5, 6) with location
+        bins 1..8; `location_bins` says how location literals read (`LOCATION_BINS`)."""
+        if location_bins not in LOCATION_BINS:
+            raise ValueError(f"location_bins must be one of {LOCATION_BINS}, got {location_bins!r}")
         n = len(n_objects)
         props = np.asarray(props)
         slot_ok = np.arange(MAX_OBJECTS)[None, :] < np.asarray(n_objects)[:, None]  # (N, 5)
@@ -91,11 +104,12 @@ class BitScenes:
             code = np.where(slot_ok, code, 0)
             bits = np.stack([(code >> b) & 1 for b in range(_NBITS[name])])  # (B, N, 5)
             planes[name] = pack_rows(bits.transpose(0, 2, 1))  # (B, 5, W)
-        return cls(n, pack_rows(slot_ok.T), planes, pack_rows(np.ones((1, n), bool))[0])
+        mask = pack_rows(np.ones((1, n), bool))[0]
+        return cls(n, pack_rows(slot_ok.T), planes, mask, location_bins)
 
     @classmethod
-    def from_scenes(cls, scenes: Scenes) -> BitScenes:
-        return cls.from_arrays(scenes.n_objects, scenes.props)
+    def from_scenes(cls, scenes: Scenes, *, location_bins: str = "spec") -> BitScenes:
+        return cls.from_arrays(scenes.n_objects, scenes.props, location_bins=location_bins)
 
     def to(self, device) -> BitScenes:
         """A torch copy on `device` (int64 words, same bits)."""
@@ -109,6 +123,7 @@ class BitScenes:
             t(self.valid),
             {k: t(v) for k, v in self.planes.items()},
             t(self.scene_mask),
+            self.location_bins,
         )
 
 
@@ -189,10 +204,12 @@ class _Val:
     planes: list | None = None
     literal: int | None = None
 
-    def coded(self, vtype: str, nbits: int) -> list:
+    def coded(self, vtype: str, nbits: int, location_shift: int = 1) -> list:
+        """The value as `nbits` planes: a literal's constant code (a location literal k is
+        code k - `location_shift`), or the stored planes padded with constant zeros."""
         if self.planes is not None:
-            return self.planes
-        code = self.literal - 1 if vtype == "location" else self.literal
+            return self.planes + [False] * (nbits - len(self.planes))
+        code = self.literal - location_shift if vtype == "location" else self.literal
         return _const_planes(code, nbits)
 
 
@@ -205,6 +222,11 @@ class _SetProp:
 class _Evaluator:
     def __init__(self, bs: BitScenes):
         self.bs = bs
+        self.bits = dict(_VALUE_BITS)
+        self.location_shift = 1
+        if bs.location_bins == "legacy":  # literal codes 0..8: one more (constant) plane
+            self.bits["location"] = _width(_MAX_LITERAL)
+            self.location_shift = 0
         # membership of object slot i in S-x, for every slot of x: (5, W) with row i cleared
         self._minus_x = {}
 
@@ -223,19 +245,20 @@ class _Evaluator:
         vtype = a.vtype if a.vtype != "int" else b.vtype
         if vtype == "int":
             vtype = "number"
-        nb = _VALUE_BITS[vtype]
-        pa, pb = a.coded(vtype, nb), b.coded(vtype, nb)
+        nb, shift = self.bits[vtype], self.location_shift
+        pa, pb = a.coded(vtype, nb, shift), b.coded(vtype, nb, shift)
         return _eq(pa, pb) if op == "=" else _gt(pa, pb)
 
     def set_op(self, op: str, sp: _SetProp, v: _Val):
         vtype = PROPERTY_FUNCS[sp.prop + "?"]
-        nb = _VALUE_BITS[vtype]
+        nb = self.bits[vtype]
         planes = self.bs.planes[sp.prop]
-        target = v.coded(vtype, nb)
+        stored = planes.shape[0]
+        target = v.coded(vtype, nb, self.location_shift)
         acc = True if op == "all" else False
         count = [False] * _COUNT_BITS  # counts reach MAX_OBJECTS at most: no overflow
         for i in range(MAX_OBJECTS):
-            elem = [planes[b, i : i + 1] for b in range(nb)]  # (1, W) each
+            elem = [planes[b, i : i + 1] for b in range(stored)] + [False] * (nb - stored)
             hit = _eq(elem, target)
             m = self.member(i, sp.excludes_x)
             if op == "all":
@@ -326,9 +349,12 @@ def execute(concepts, bs: BitScenes):
     return torch.stack(rows) if rows else bs.scene_mask.new_zeros((0, bs.num_words))
 
 
-def evaluate(concept: Concept | str, records: list[dict]) -> np.ndarray:
+def evaluate(
+    concept: Concept | str, records: list[dict], *, location_bins: str = "spec"
+) -> np.ndarray:
     """Evaluate one concept on a few scene records (each object needs shape, color, material,
-    size, x and y). Returns a boolean array, one entry per record.
+    size, x and y). Returns a boolean array, one entry per record. `location_bins`: how location
+    literals read (`LOCATION_BINS`; a bank's ``config["location_bins"]``).
 
     Raises:
         ConceptError: the concept string does not parse.
@@ -336,5 +362,5 @@ def evaluate(concept: Concept | str, records: list[dict]) -> np.ndarray:
     """
     c = concept if isinstance(concept, Concept) else parse(concept)
     n_obj, props = records_to_props(records)
-    bs = BitScenes.from_arrays(n_obj, props)
+    bs = BitScenes.from_arrays(n_obj, props, location_bins=location_bins)
     return unpack_rows(execute([c], bs), len(records))[0]

@@ -19,6 +19,7 @@ __all__ = [
     "COLOR_RGB",
     "RADII",
     "MAX_OBJECTS",
+    "LAYOUTS",
     "Camera",
     "Scenes",
     "sample_scenes",
@@ -199,8 +200,27 @@ def records_to_props(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return n_objects, props
 
 
-def _sample_chunk(rng: np.random.Generator, m: int, margin: float) -> tuple[np.ndarray, ...]:
-    """Sample m scenes: counts, discrete properties, ground positions and rotations."""
+#: Scene layouts: ``spec`` (spec section 1: a pair only needs its footprints `margin` apart) or
+#: ``clevr`` (also CLEVR's directional margin: two objects at least `DIRECTIONAL_MARGIN` apart
+#: along the camera's left-right and front-behind ground axes, so that "left of" and "behind"
+#: are never ambiguous; CLEVR's generator does this, the paper's scenes are CLEVR renders).
+LAYOUTS = ("spec", "clevr")
+DIRECTIONAL_MARGIN = 0.4
+
+
+def _ground_axes(camera: Camera) -> np.ndarray:
+    """(2, 2): the camera's right and forward directions projected on the ground, unit length."""
+    right, _, fwd = camera.basis()
+    axes = np.stack([right[:2], fwd[:2]])
+    return axes / np.linalg.norm(axes, axis=1, keepdims=True)
+
+
+def _sample_chunk(
+    rng: np.random.Generator, m: int, margin: float, axes: np.ndarray | None
+) -> tuple[np.ndarray, ...]:
+    """Sample m scenes: counts, discrete properties, ground positions and rotations. With
+    `axes` (the ground axes of the ``clevr`` layout) a candidate also needs
+    `DIRECTIONAL_MARGIN` along both axes from every earlier object."""
     n_obj = rng.integers(MIN_OBJECTS, MAX_OBJECTS + 1, size=m)
     shape = rng.integers(0, len(SHAPES), size=(m, MAX_OBJECTS))
     color = rng.integers(0, len(COLORS), size=(m, MAX_OBJECTS))
@@ -221,8 +241,12 @@ def _sample_chunk(rng: np.random.Generator, m: int, margin: float) -> tuple[np.n
             xy[todo, k] = cand
             if k == 0:
                 break
-            d = np.linalg.norm(xy[todo, :k] - cand[:, None, :], axis=-1)  # (T, k)
+            delta = xy[todo, :k] - cand[:, None, :]  # (T, k, 2)
+            d = np.linalg.norm(delta, axis=-1)  # (T, k)
             clash = (d - radius[todo, :k] - radius[todo, k : k + 1]) < margin
+            if axes is not None:
+                along = np.abs(delta @ axes.T)  # (T, k, 2): distance along right, forward
+                clash |= (along < DIRECTIONAL_MARGIN).any(axis=-1)
             todo = todo[clash.any(axis=1)]
         else:  # pragma: no cover - practically unreachable with 5 objects on a 6 x 6 floor
             raise RuntimeError("scene placement did not converge")
@@ -235,6 +259,7 @@ def sample_scenes(
     *,
     camera: Camera | None = None,
     margin: float = 0.25,
+    layout: str = "spec",
     chunk: int = 65_536,
     progress: bool = False,
 ) -> Scenes:
@@ -248,12 +273,16 @@ def sample_scenes(
         seed: the seed.
         camera: the camera that defines pixel positions and location bins.
         margin: minimum gap between two objects' footprint circles.
+        layout: `LAYOUTS`: ``spec``, or ``clevr`` (adds CLEVR's directional margin).
         chunk: scenes per generator.
         progress: show a progress bar.
     """
     if num_scenes < 1:
         raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     camera = camera or Camera()
+    axes = _ground_axes(camera) if layout == "clevr" else None
     n_chunks = -(-num_scenes // chunk)
     parts: list[tuple[np.ndarray, ...]] = []
     it = range(n_chunks)
@@ -263,7 +292,7 @@ def sample_scenes(
         it = tqdm(it, desc="scenes", unit="chunk")
     for c in it:
         m = min(chunk, num_scenes - c * chunk)
-        parts.append(_sample_chunk(derive_rng(seed, "scenes", c), m, margin))
+        parts.append(_sample_chunk(derive_rng(seed, "scenes", c), m, margin, axes))
     n_obj, shape, color, material, size, rotation, radius, xy = (
         np.concatenate(col) for col in zip(*parts, strict=True)
     )

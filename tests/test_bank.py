@@ -183,3 +183,26 @@ def test_byte_codes(rows, cols):
     want = (padded.reshape(-1, 8, cols) << np.arange(8)[:, None]).sum(1)
     assert codes.dtype == np.uint8 and codes.shape == (-(-rows // 8), cols)
     np.testing.assert_array_equal(codes, want)
+
+
+def test_fidelity_options_are_part_of_the_identity_only_when_set(tiny_bank_dir, tmp_path):
+    """`location_bins` / `layout` (docs/fidelity.md) change the bank and its identity; at their
+    defaults they are left out, so banks built before the options existed are reused."""
+    from conftest import TINY
+
+    assert "location_bins" not in TINY.identity() and "layout" not in TINY.identity()
+    build_bank(TINY, tiny_bank_dir.parent, progress=False)  # reused, not "a different bank"
+    small = {**TINY.__dict__, "num_scenes": 3000, "num_draws": 4000}
+    spec = load_bank(build_bank(BankConfig(**{**small, "name": "s"}), tmp_path, progress=False))
+    legacy = BankConfig(**{**small, "name": "l", "location_bins": "legacy", "layout": "clevr"})
+    other = load_bank(build_bank(legacy, tmp_path, progress=False))
+    assert other.config["location_bins"] == "legacy" and other.config["layout"] == "clevr"
+    assert other.concepts != spec.concepts
+    scaled = {"num_scenes": 3000, "num_draws": 4000, "workers": 1}
+    preset = BankConfig.preset("paper_legacy", name="pl", **scaled)  # the preset, tiny scale
+    assert (preset.location_bins, preset.layout) == ("legacy", "clevr")
+    assert load_bank(build_bank(preset, tmp_path, progress=False)).concepts == other.concepts
+    with pytest.raises(ConfigError, match="location_bins"):
+        BankConfig.from_mapping({"location_bins": "zero"})
+    with pytest.raises(ConfigError, match="layout"):
+        BankConfig.from_mapping({"layout": "grid"})
