@@ -17,7 +17,9 @@ from curi.errors import BankError, ConceptError, ConfigError, CuriError, SplitEr
 from curi.executor import evaluate  # noqa: E402
 from curi.grammar import sample_concepts  # noqa: E402
 from curi.posterior import Posterior  # noqa: E402
+from curi.predictors import easiness  # noqa: E402
 from curi.splits import Split, list_splits, make_split  # noqa: E402
+from curi.tasks import RuleTaskSampler  # noqa: E402
 
 __all__ = [
     "BankConfig",
@@ -31,12 +33,14 @@ __all__ = [
     "Episode",
     "EpisodeSampler",
     "Posterior",
+    "RuleTaskSampler",
     "CuriError",
     "Split",
     "SplitError",
     "atom_divergence",
     "build_bank",
     "compound_divergence",
+    "easiness",
     "evaluate",
     "list_splits",
     "load_bank",

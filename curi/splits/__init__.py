@@ -4,7 +4,7 @@ random, a saved split file) or any Python predicate. Rules are found by name in 
 and a new rule registers itself with `register_split_rule`."""
 
 # The rule modules register their rules on import.
-from curi.splits import groups, length, saved, tokens  # noqa: F401
+from curi.splits import adversarial, groups, length, mcd, saved, tokens  # noqa: F401
 from curi.splits.base import Split, finish
 from curi.splits.make import PAPER_SPLITS, list_splits, make_split
 from curi.splits.rules import SPLIT_RULES, SplitRule, list_split_rules, register_split_rule

@@ -5,7 +5,7 @@ split's own checks (paper section 4)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +22,17 @@ SUBSETS = ("train", "val", "test")
 
 @dataclass(frozen=True)
 class Split:
-    """Concept indices of each subset (sorted int64 arrays) and the concepts dropped."""
+    """Concept indices of each subset (sorted int64 arrays) and the concepts dropped.
+
+    ``info`` holds what a generator measured while making the split (e.g. an MCD split's
+    divergences and its random baseline); `curi split` prints it. Empty for rule splits."""
 
     name: str
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
     dropped: np.ndarray
+    info: dict = field(default_factory=dict, compare=False)
 
     def subset(self, name: str) -> np.ndarray:
         """The indices of subset `name` (train, val or test)."""
