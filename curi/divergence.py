@@ -1,6 +1,10 @@
 """DBCA atom and compound divergences of a split (Keysers et al. 2020, section 2), measured on
-CURI concepts: canonical concept trees, their atoms and depth-<=2 compounds, distributions over
-a concept set weighted as episodes sample it, and the Chernoff-coefficient divergences.
+CURI concepts: canonical concept trees, their atoms and compounds, distributions over a concept
+set weighted as episodes sample it, and the Chernoff-coefficient divergences.
+
+Compounds come in two kinds (`COMPOUND_KINDS`): ``dbca`` (the default; seed 000's subgraphs and
+weights, `curi.compounds`) and ``depth2`` (the former definition, `compounds`: depth-<=2
+subtrees, each occurrence counted once), kept so that earlier numbers can be reproduced.
 
 One implementation: `DivergenceIndex` extracts atoms and compounds once and computes every
 distribution and divergence; the plain functions on concept lists build an index over the
@@ -14,23 +18,27 @@ from typing import NamedTuple
 
 import numpy as np
 
+from curi.compounds import COMPOUND_KINDS, TOP_N, dbca_weights
 from curi.concepts import Concept, Node, parse
 from curi.prior import length_log_prior
 from curi.rng import derive_rng
 
 __all__ = [
     "COMMUTATIVE",
+    "COMPOUND_KINDS",
     "WEIGHTINGS",
     "DivergenceIndex",
     "Divergences",
     "atom_distribution",
     "atom_divergence",
     "atoms",
+    "bank_index",
     "canonical_tree",
     "chernoff_coefficient",
     "compound_distribution",
     "compound_divergence",
     "compounds",
+    "split_divergences",
 ]
 
 COMMUTATIVE = ("and", "or", "=")
@@ -223,27 +231,57 @@ class DivergenceIndex:
 
     Args:
         concepts: the bank's concepts (strings or `Concept`s), e.g. ``bank.concepts``.
+        compound_kind: ``"dbca"`` (seed 000's weighted subgraphs, counted over `concepts`) or
+            ``"depth2"`` (the former depth-<=2 subtrees, unweighted).
+        top_n: ``dbca`` only: the compounds kept, by total weight.
 
     Raises:
-        ValueError: no concepts. ConceptError: a string does not parse.
+        ValueError: no concepts or unknown kind. ConceptError: a string does not parse.
     """
 
-    def __init__(self, concepts: Sequence[ConceptLike]) -> None:
+    def __init__(
+        self,
+        concepts: Sequence[ConceptLike],
+        *,
+        compound_kind: str = "dbca",
+        top_n: int | None = TOP_N,
+    ) -> None:
         if len(concepts) == 0:
             raise ValueError("a DivergenceIndex needs at least one concept")
-        cache: dict[ConceptLike, tuple[Counter[str], Counter[str], int]] = {}
-        atom_counts, compound_counts, lengths = [], [], []
+        if compound_kind not in COMPOUND_KINDS:
+            raise ValueError(
+                f"compound_kind must be one of {COMPOUND_KINDS}, got {compound_kind!r}"
+            )
+        self.compound_kind = compound_kind
+        cache: dict[ConceptLike, int] = {}
+        first: list[int] = []  # position of each concept's first equal item
+        parsed: list[Concept] = []
         for item in concepts:
             if item not in cache:
-                c = _concept(item)
-                cache[item] = (atoms(c), compounds(c), len(c))
-            a, k, n = cache[item]
-            atom_counts.append(a)
-            compound_counts.append(k)
-            lengths.append(n)
-        self.lengths = np.asarray(lengths, dtype=np.int64)  # (N,) len(h) in canonical tokens
-        self._atoms = _Sparse(atom_counts)
-        self._compounds = _Sparse(compound_counts)
+                cache[item] = len(parsed)
+                parsed.append(_concept(item))
+            first.append(cache[item])
+        atom_counts = [atoms(c) for c in parsed]
+        if compound_kind == "depth2":
+            compound_counts = [compounds(c) for c in parsed]
+        else:
+            compound_counts = dbca_weights([canonical_tree(c) for c in parsed], top_n=top_n)
+        self.lengths = np.asarray([len(parsed[i]) for i in first], dtype=np.int64)
+        self._atoms = _Sparse([atom_counts[i] for i in first])
+        self._compounds = _Sparse([compound_counts[i] for i in first])
+
+    def entries(self, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The per-concept counts of ``"atoms"`` or ``"compounds"`` as flat sparse entries:
+        (concept of each entry, key id, count or weight, number of keys)."""
+        s = {"atoms": self._atoms, "compounds": self._compounds}[kind]
+        return s.rows, s.ids, s.counts, len(s.vocab)
+
+    def concept_weights(self, weighting: str = "length") -> np.ndarray:
+        """(N,) each concept's weight in a distribution: ``exp(-0.2 len(h))`` or 1."""
+        _check_weighting(weighting)
+        if weighting == "length":
+            return np.exp(length_log_prior(self.lengths))
+        return np.ones(len(self.lengths))
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -368,14 +406,14 @@ class DivergenceIndex:
 
 # --- the same measures on concept lists (thin uses of the index) ----------------------------
 def _indexed(
-    weighting: str, *sets: Iterable[ConceptLike]
+    weighting: str, *sets: Iterable[ConceptLike], compound_kind: str = "dbca"
 ) -> tuple[DivergenceIndex, list[np.ndarray]]:
     """An index over the concatenated sets and each set's indices into it."""
     _check_weighting(weighting)
     lists = [list(s) for s in sets]
     if any(len(s) == 0 for s in lists):
         raise ValueError("cannot build a distribution over an empty concept set")
-    index = DivergenceIndex([c for s in lists for c in s])
+    index = DivergenceIndex([c for s in lists for c in s], compound_kind=compound_kind)
     ends = np.cumsum([len(s) for s in lists])
     return index, [np.arange(end - len(s), end) for s, end in zip(lists, ends, strict=True)]
 
@@ -402,13 +440,14 @@ def atom_distribution(
 
 
 def compound_distribution(
-    concepts: Iterable[ConceptLike], *, weighting: str = "length"
+    concepts: Iterable[ConceptLike], *, weighting: str = "length", compound_kind: str = "dbca"
 ) -> dict[str, float]:
     """F_C(T): the normalised compound counts of a concept set (see `atom_distribution`).
 
     Args:
         concepts: concept strings or `Concept`s.
         weighting: ``"length"`` or ``"uniform"``.
+        compound_kind: ``"dbca"`` (weights counted over `concepts`) or ``"depth2"``.
 
     Returns:
         Compound -> probability (sums to 1).
@@ -416,7 +455,7 @@ def compound_distribution(
     Raises:
         ValueError: empty set or unknown weighting. ConceptError: a string does not parse.
     """
-    index, (idx,) = _indexed(weighting, concepts)
+    index, (idx,) = _indexed(weighting, concepts, compound_kind=compound_kind)
     return index.distributions(idx, weighting=weighting)[1]
 
 
@@ -441,7 +480,11 @@ def atom_divergence(
 
 
 def compound_divergence(
-    train: Iterable[ConceptLike], test: Iterable[ConceptLike], *, weighting: str = "length"
+    train: Iterable[ConceptLike],
+    test: Iterable[ConceptLike],
+    *,
+    weighting: str = "length",
+    compound_kind: str = "dbca",
 ) -> float:
     """D_C(train || test) = 1 - C_0.1(F_C(train) || F_C(test)), train first.
 
@@ -452,6 +495,8 @@ def compound_divergence(
         train: training concepts (strings or `Concept`s).
         test: test concepts.
         weighting: ``"length"`` or ``"uniform"``.
+        compound_kind: ``"dbca"`` (weights counted over train and test together) or
+            ``"depth2"``.
 
     Returns:
         The compound divergence in [0, 1].
@@ -459,5 +504,54 @@ def compound_divergence(
     Raises:
         ValueError: an empty set or unknown weighting. ConceptError: a string does not parse.
     """
-    index, (tr, te) = _indexed(weighting, train, test)
+    index, (tr, te) = _indexed(weighting, train, test, compound_kind=compound_kind)
     return index.divergences(tr, te, weighting=weighting).compound
+
+
+# --- a bank's index, shared by the commands -------------------------------------------------
+_BANK_INDEX: dict[tuple, DivergenceIndex] = {}
+
+
+def bank_index(bank, *, compound_kind: str = "dbca") -> DivergenceIndex:
+    """The `DivergenceIndex` of `bank`'s concepts, built once per process (the DBCA weights
+    of the paper bank take about a minute on 2 cores)."""
+    import hashlib
+
+    key = (hashlib.sha256("\n".join(bank.concepts).encode()).hexdigest(), compound_kind)
+    if key not in _BANK_INDEX:
+        _BANK_INDEX[key] = DivergenceIndex(bank.concepts, compound_kind=compound_kind)
+    return _BANK_INDEX[key]
+
+
+def split_divergences(
+    bank, split, *, seed: int = 0, compound_kind: str = "dbca", weighting: str = "length"
+) -> dict[str, float]:
+    """D_A and D_C of a split of `bank`, next to a random split of the same sizes.
+
+    Args:
+        bank: the `ConceptBank` the split was made on.
+        split: a `curi.splits.Split`.
+        seed: seed of the random baseline.
+        compound_kind: ``"dbca"`` or ``"depth2"``.
+        weighting: ``"length"`` or ``"uniform"``.
+
+    Returns:
+        ``d_atom``, ``d_compound``, ``d_atom_random``, ``d_compound_random`` (empty when the
+        split has no train or no test concepts).
+    """
+    if len(split.train) == 0 or len(split.test) == 0:
+        return {}
+    index = bank_index(bank, compound_kind=compound_kind)
+    d = index.divergences(split.train, split.test, weighting=weighting)
+    if len(split.train) + len(split.test) <= len(bank):
+        pool = np.arange(len(bank))
+        base = index.random_baseline(split.train, split.test, seed=seed, pool=pool,
+                                     weighting=weighting)  # fmt: skip
+    else:  # overlapping sides (instance IID): a random split of the same sizes is itself
+        base = d
+    return {
+        "d_atom": d.atom,
+        "d_compound": d.compound,
+        "d_atom_random": base.atom,
+        "d_compound_random": base.compound,
+    }

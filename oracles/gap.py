@@ -15,7 +15,7 @@ import numpy as np
 
 from curi import validate
 from curi.bits import byte_codes, pack_rows, transpose_blocks, unpack_rows
-from curi.divergence import DivergenceIndex
+from curi.divergence import bank_index
 from curi.episodes import EpisodeSampler
 from curi.oracles.metrics import class_balanced_accuracy_batch, pooled_class_balanced_accuracy
 from curi.oracles.policies import Oracle
@@ -351,7 +351,7 @@ def _collect(results, total: int, progress: bool) -> list[dict]:
 
 
 def _add_divergences(bank, splits: dict, rows: list[dict], seed: int) -> None:
-    index = DivergenceIndex(bank.concepts)
+    index = bank_index(bank)
     cache = {}
     for name, sp in splits.items():
         if len(sp.test) == 0:

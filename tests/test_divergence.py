@@ -96,8 +96,9 @@ def test_small_example_by_hand_and_asymmetry():
     train, test = [RED, CUBE], [RED]
     d_c = 1 - (0.2 + 4 * 0.1**0.1 * 0.2**0.9)
     d_c_reversed = 1 - (0.2 + 4 * 0.2**0.1 * 0.1**0.9)
-    assert compound_divergence(train, test, weighting="uniform") == pytest.approx(d_c)
-    assert compound_divergence(test, train, weighting="uniform") == pytest.approx(d_c_reversed)
+    d2 = {"weighting": "uniform", "compound_kind": "depth2"}  # the former compounds, by hand
+    assert compound_divergence(train, test, **d2) == pytest.approx(d_c)
+    assert compound_divergence(test, train, **d2) == pytest.approx(d_c_reversed)
     assert d_c == pytest.approx(0.0536, abs=1e-4) and d_c_reversed == pytest.approx(
         0.3713, abs=1e-4
     )
@@ -121,9 +122,10 @@ def test_length_weighting_follows_episode_sampling():
         compound_divergence(train, test, weighting="uniform")
     )
     # equal lengths: the weighting cannot matter
-    assert compound_distribution([RED, CUBE]) == pytest.approx(
-        compound_distribution([RED, CUBE], weighting="uniform")
-    )
+    for kind in ("dbca", "depth2"):
+        assert compound_distribution([RED, CUBE], compound_kind=kind) == pytest.approx(
+            compound_distribution([RED, CUBE], weighting="uniform", compound_kind=kind)
+        )
 
 
 def test_chernoff_coefficient():
@@ -135,18 +137,23 @@ def test_chernoff_coefficient():
 
 
 @pytest.mark.parametrize("weighting", ["length", "uniform"])
-def test_index_matches_reference_functions(sampled, weighting):
-    index = DivergenceIndex(sampled)
+@pytest.mark.parametrize("kind", ["depth2", "dbca"])
+def test_index_matches_reference_functions(sampled, weighting, kind):
     rng = np.random.default_rng(0)
     train = rng.choice(len(sampled), 250, replace=False)
     test = np.setdiff1d(np.arange(len(sampled)), train)[:100]
     train_c, test_c = [sampled[i] for i in train], [sampled[i] for i in test]
+    # DBCA weights are counted over the index's concepts: index exactly train + test
+    index = DivergenceIndex(train_c + test_c, compound_kind=kind)
+    train, test = np.arange(250), np.arange(250, 350)
+    opts = {"weighting": weighting, "compound_kind": kind}
     f_a, f_c = index.distributions(train, weighting=weighting)
     assert f_a == pytest.approx(atom_distribution(train_c, weighting=weighting))
-    assert f_c == pytest.approx(compound_distribution(train_c, weighting=weighting))
+    if kind == "depth2":  # a distribution alone counts dbca weights over its own concepts
+        assert f_c == pytest.approx(compound_distribution(train_c, **opts))
     d = index.divergences(train, test, weighting=weighting)
     assert d.atom == pytest.approx(atom_divergence(train_c, test_c, weighting=weighting))
-    assert d.compound == pytest.approx(compound_divergence(train_c, test_c, weighting=weighting))
+    assert d.compound == pytest.approx(compound_divergence(train_c, test_c, **opts))
     assert 0 < d.atom < d.compound < 1
 
 
@@ -192,3 +199,37 @@ def test_bad_input_raises_clear_errors():
         index.divergences([0.5], [1])
     with pytest.raises(ValueError, match="at least one"):
         DivergenceIndex([])
+
+
+def test_chernoff_on_the_toy_distributions_of_seed_003():
+    keys = "abcd"
+    p = dict(zip(keys, [0.001, 0.001, 0.998, 0.0], strict=True))
+    q = dict(zip(keys, [0.4, 0.4, 0.0, 0.2], strict=True))
+    assert chernoff_coefficient(p, q, alpha=0.1) == pytest.approx(0.44, abs=0.005)
+    assert chernoff_coefficient(p, q, alpha=0.5) == pytest.approx(0.04, abs=1e-9)
+
+
+def test_dbca_and_depth2_compounds_differ_and_both_vanish_on_equal_sets(sampled):
+    for kind in ("dbca", "depth2"):
+        index = DivergenceIndex(sampled, compound_kind=kind)
+        idx = np.arange(len(sampled))
+        assert index.divergences(idx, idx).compound == pytest.approx(0.0, abs=1e-12)
+    dbca = DivergenceIndex(sampled)
+    depth2 = DivergenceIndex(sampled, compound_kind="depth2")
+    assert dbca.compound_kind == "dbca" and dbca.num_compounds > depth2.num_compounds
+    with pytest.raises(ValueError, match="compound_kind"):
+        DivergenceIndex(sampled, compound_kind="depth3")
+
+
+def test_split_divergences_of_a_bank_split(tiny_bank):
+    from curi.divergence import bank_index, split_divergences
+    from curi.splits import make_split
+
+    split = make_split(tiny_bank, "binding_color")
+    d = split_divergences(tiny_bank, split)
+    assert set(d) == {"d_atom", "d_compound", "d_atom_random", "d_compound_random"}
+    direct = bank_index(tiny_bank).divergences(split.train, split.test)
+    assert d["d_atom"] == direct.atom and d["d_compound"] == direct.compound
+    assert d["d_atom"] > 5 * d["d_atom_random"]  # binding: test colours absent from train
+    same = make_split(tiny_bank, "instance_iid")
+    assert split_divergences(tiny_bank, same)["d_compound"] == pytest.approx(0.0, abs=1e-12)

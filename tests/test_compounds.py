@@ -1,0 +1,92 @@
+"""Tests of curi.compounds: the DBCA candidate subgraphs (<= 5 nodes with branching <= 2, plus
+chains of any length) and seed 000's weights on hand-made trees."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from curi.compounds import dbca_weights, occurrences
+from curi.concepts import Node
+from curi.divergence import canonical_tree
+
+
+def tree(spec) -> Node:
+    """A tree from nested tuples: ("a", ("b", "c")) is a(b(c)); a string is a leaf."""
+    if isinstance(spec, str):
+        return Node(spec)
+    return Node(spec[0], tuple(tree(s) for s in spec[1:]))
+
+
+def test_occurrences_of_a_small_concept():
+    texts, masks = occurrences(canonical_tree("x color? red = lambda S. exists="))
+    assert Counter(texts) == Counter(
+        [
+            "(exists= =)",
+            "(exists= (= _ red))",
+            "(exists= (= _ color?))",
+            "(exists= (= (color? x) _))",
+            "(exists= (= color? red))",
+            "(exists= (= (color? x) red))",
+            "(= _ red)",
+            "(= _ color?)",
+            "(= (color? x) _)",
+            "(= color? red)",
+            "(= (color? x) red)",
+            "(color? x)",
+        ]
+    )
+    assert len(set(masks.tolist())) == len(masks)  # each occurrence is a distinct node set
+
+
+def test_size_branching_and_long_chains():
+    chain = tree(("a", ("b", ("c", ("d", ("e", ("f", ("g", "h"))))))))  # 8 nodes in a line
+    texts, masks = occurrences(chain)
+    sizes = [bin(m).count("1") for m in masks.tolist()]
+    assert max(sizes) == 8  # linear chains of any length
+    assert sizes.count(8) == 1 and sizes.count(2) == 7
+    star = tree(("r", "a", "b", "c"))  # branching 3 is never taken whole
+    texts, _ = occurrences(star)
+    assert "(r a b c)" not in texts and "(r a b _)" in texts
+    wide = tree(("r", ("a", "x", "y"), ("b", "z", "w")))  # 7 nodes, not linear
+    _, masks = occurrences(wide)
+    assert max(bin(m).count("1") for m in masks.tolist()) == 5
+
+
+def test_order_of_commutative_children_does_not_matter():
+    a = canonical_tree("x color? red = x shape? cube = and lambda S. exists=")
+    b = canonical_tree("cube x shape? = red x color? = and lambda S. exists=")
+    assert Counter(occurrences(a)[0]) == Counter(occurrences(b)[0])
+
+
+def test_weight_is_one_minus_the_most_likely_supergraph():
+    # G = (b c) sits inside (a (b c)) in 6 of its 10 occurrences and inside (d (b c)) in 4.
+    roots = [tree(("a", ("b", "c")))] * 6 + [tree(("d", ("b", "c")))] * 4
+    w = dbca_weights(roots, top_n=None)
+    assert w[0]["(b c)"] == pytest.approx(0.4)  # seed 000: 60% in one supergraph -> 0.4
+    assert w[-1]["(b c)"] == pytest.approx(0.6)
+    assert w[0]["(a (b c))"] == 1.0  # no supergraph
+    assert "(a b)" not in w[0]  # always inside (a (b c)): weight 0, left out
+
+
+def test_weight_takes_the_most_interesting_occurrence():
+    # in r(a(b c), e(b c)) the occurrence under e has the lower P, so w = 1 - P(e-context)
+    roots = [tree(("a", ("b", "c")))] * 7 + [tree(("e", ("b", "c")))] * 2
+    roots.append(tree(("r", ("a", ("b", "c")), ("e", ("b", "c")))))
+    w = dbca_weights(roots, top_n=None)
+    # (b c): 11 occurrences; inside (a (b c)) 8 times, inside (e (b c)) 3 times
+    assert w[-1]["(b c)"] == pytest.approx(1 - 3 / 11)
+    assert w[0]["(b c)"] == pytest.approx(1 - 8 / 11)
+
+
+def test_top_n_keeps_the_heaviest():
+    roots = [tree(("a", ("b", "c")))] * 6 + [tree(("d", ("b", "c")))] * 4
+    full = dbca_weights(roots, top_n=None)
+    total = Counter()
+    for c in full:
+        total.update(c)
+    kept = dbca_weights(roots, top_n=2)
+    names = set().union(*kept)
+    assert len(names) == 2
+    assert names == {k for k, _ in total.most_common(2)}

@@ -1,0 +1,114 @@
+"""Tests of the ``mcd`` split rule: synonym groups never straddle sides, every test atom is in
+train, D_A stays under max_da, D_C beats a random split, targets are met, the same seed gives
+the same split, and impossible requests end with one message."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from curi.divergence import DivergenceIndex, atoms
+from curi.errors import SplitError
+from curi.splits import load_split, make_split
+
+FAST = {"name": "m", "rule": "mcd", "progress": False}
+
+
+@pytest.fixture(scope="module")
+def two_way(tiny_bank):
+    return make_split(tiny_bank, {**FAST, "validation": 0.0})
+
+
+@pytest.fixture(scope="module")
+def three_way(tiny_bank):
+    return make_split(tiny_bank, {**FAST, "seed": 3})
+
+
+def groups_of(bank, idx) -> set[int]:
+    return set(np.asarray(bank.groups)[idx].tolist())
+
+
+@pytest.mark.parametrize("which", ["two_way", "three_way"])
+def test_groups_never_straddle_and_sizes_follow_the_shares(tiny_bank, which, request):
+    s = request.getfixturevalue(which)
+    tr, va, te = (groups_of(tiny_bank, x) for x in (s.train, s.val, s.test))
+    assert not tr & te and not tr & va
+    n = len(np.unique(tiny_bank.groups))
+    assert len(tr) == round(0.4 * n) and len(te) == round(0.1 * n)
+    if which == "three_way":
+        assert not va & te and len(va) == round(0.1 * n)
+    else:
+        assert np.array_equal(s.val, s.test)
+    used = np.concatenate([s.train, s.val, s.test, s.dropped])
+    assert np.array_equal(np.unique(used), np.arange(len(tiny_bank)))
+
+
+@pytest.mark.parametrize("which", ["two_way", "three_way"])
+def test_every_test_atom_occurs_in_train(tiny_bank, which, request):
+    s = request.getfixturevalue(which)
+    in_train = Counter()
+    for i in s.train:
+        in_train.update(set(atoms(tiny_bank.concepts[i])))
+    for i in np.concatenate([s.test, s.val]):
+        assert all(in_train[a] >= 1 for a in atoms(tiny_bank.concepts[i]))
+    assert s.info["test_atoms_absent_from_train"] == 0
+
+
+def test_divergences_are_measured_and_beat_random(tiny_bank, two_way):
+    info = two_way.info
+    d = DivergenceIndex(tiny_bank.concepts).divergences(two_way.train, two_way.test)
+    assert info["d_atom"] == pytest.approx(d.atom, abs=1e-4)
+    assert info["d_compound"] == pytest.approx(d.compound, abs=1e-4)
+    assert info["d_atom"] <= 0.02
+    assert info["d_compound"] > 2 * info["d_compound_random"]
+    assert info["groups"]["train"] == len(groups_of(tiny_bank, two_way.train))
+
+
+def test_min_atom_count_is_honoured(tiny_bank):
+    s = make_split(tiny_bank, {**FAST, "validation": 0.0, "min_atom_count": 3, "max_da": 0.05})
+    in_train = Counter()
+    for i in s.train:
+        in_train.update(set(atoms(tiny_bank.concepts[i])))
+    for i in s.test:
+        assert all(in_train[a] >= 3 for a in atoms(tiny_bank.concepts[i]))
+
+
+def test_same_seed_same_split(tiny_bank, two_way):
+    again = make_split(tiny_bank, {**FAST, "validation": 0.0})
+    assert all(np.array_equal(getattr(again, k), getattr(two_way, k)) for k in ("train", "test"))
+    other = make_split(tiny_bank, {**FAST, "validation": 0.0, "seed": 1})
+    assert not np.array_equal(other.test, two_way.test)
+
+
+def test_target_dc_is_met(tiny_bank, two_way):
+    s = make_split(tiny_bank, {**FAST, "validation": 0.0, "target_dc": 0.4})
+    assert abs(s.info["d_compound"] - 0.4) <= 0.05
+    assert s.info["d_compound"] < two_way.info["d_compound"]
+
+
+def test_impossible_requests_end_with_one_message(tiny_bank):
+    with pytest.raises(SplitError, match="summing to at most 1"):
+        make_split(tiny_bank, {**FAST, "train": 0.8, "test": 0.3})
+    with pytest.raises(SplitError, match=r"reached D_C .* max_da"):
+        make_split(tiny_bank, {**FAST, "validation": 0.0, "max_da": 0.0})
+    with pytest.raises(SplitError, match=r"reached D_C .* target_dc 0.99"):
+        make_split(tiny_bank, {**FAST, "validation": 0.0, "target_dc": 0.99, "tolerance": 0.001})
+    with pytest.raises(SplitError, match="unknown split option"):
+        make_split(tiny_bank, {**FAST, "trian": 0.4})
+
+
+def test_preset_and_saved_file_round_trip(tiny_bank, tmp_path):
+    s = make_split(tiny_bank, "mcd")  # conf/split/mcd.yaml: the three-way defaults
+    assert s.name == "mcd" and s.info["d_atom"] <= 0.02
+    path = s.save(tmp_path / "mcd.json", tiny_bank)
+    back = load_split(tiny_bank, path)
+    assert all(np.array_equal(getattr(back, k), getattr(s, k)) for k in ("train", "val", "test"))
+
+
+def test_depth2_compounds_are_an_option(tiny_bank):
+    s = make_split(tiny_bank, {**FAST, "validation": 0.0, "compounds": "depth2"})
+    d = DivergenceIndex(tiny_bank.concepts, compound_kind="depth2").divergences(s.train, s.test)
+    assert s.info["compounds"] == "depth2"
+    assert s.info["d_compound"] == pytest.approx(d.compound, abs=1e-4)
