@@ -1,0 +1,341 @@
+"""`curi difficulty`: which test concepts of a split are hard, predicted from unobserved local
+structures (Bogin, Gupta and Berant 2022) and checked against what the weak oracle and, given a
+checkpoint, a trained model actually do per concept: a per-concept table, the AUC table, the
+per-split correlations and a plot."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+from curi.atomic import write_text
+from curi.concepts import parse
+from curi.divergence import DivergenceIndex
+from curi.episodes import EpisodeSampler
+from curi.errors import ConfigError
+from curi.oracles.difficulty import auc_table, concept_sample, oracle_outcomes, split_correlations
+from curi.oracles.gap import EvalSet
+from curi.oracles.metrics import average_precision_batch
+from curi.predictors import COMBINED, PREDICTORS, predictor_scores
+from curi.splits import Split, make_split
+
+__all__ = ["PerConceptSampler", "check_checkpoint_bank", "difficulty", "difficulty_report",
+           "model_outcomes", "write_report"]  # fmt: skip
+
+log = logging.getLogger("curi")
+EASY = "easiness_"  # prefix of the predictors' columns in the per-concept table
+
+
+class PerConceptSampler:
+    """`episodes` test episodes of each concept of `concepts`: item i is episode i % episodes
+    of concept concepts[i // episodes] (the same episodes `oracle_outcomes` scores)."""
+
+    def __init__(self, bank, split: Split, concepts, episodes: int, negatives: str, seed: int):
+        self.bank, self.subset, self.split = bank, "test", split
+        self.episodes = int(episodes)
+        self._samplers = [
+            EpisodeSampler(
+                bank,
+                dataclasses.replace(split, name=f"{split.name}#{h}", test=np.array([h])),
+                "test",
+                negatives,
+                seed=seed,
+                size=self.episodes,
+            )  # fmt: skip
+            for h in np.asarray(concepts).tolist()
+        ]
+
+    def __len__(self) -> int:
+        return len(self._samplers) * self.episodes
+
+    def __getitem__(self, i: int):
+        return self._samplers[i // self.episodes][i % self.episodes]
+
+
+def check_checkpoint_bank(ckpt_bank: Mapping, bank) -> None:
+    """Refuse a checkpoint trained on another bank than `bank`.
+
+    Raises:
+        ConfigError: naming both banks and how to fix it.
+    """
+    mine = {k: v for k, v in bank.config.items() if k != "workers"}
+    theirs = {k: v for k, v in dict(ckpt_bank).items() if k != "workers"}
+    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if diff:
+        raise ConfigError(
+            f"the checkpoint was trained on bank {theirs.get('name')!r}, not on this bank "
+            f"{mine.get('name')!r} (they differ in {diff}); run with bank={theirs.get('name')} "
+            "or give a checkpoint of this bank"
+        )
+
+
+@torch.inference_mode()
+def model_outcomes(
+    checkpoint, bank, split: Split, concepts, *, episodes: int = 10, seed: int = 0,
+    batch_size: int = 64, device: str = "cpu",
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """A checkpoint's mean AP per concept over `episodes` test episodes of each (the oracle's
+    episodes), and, for a model trained with the concept loss, the share of episodes whose
+    greedily decoded concept is exactly the concept (``exact``; None without a decoder).
+
+    Raises:
+        ConfigError: the checkpoint is for another bank.
+    """
+    from curi.models.checkpoint import load_checkpoint
+    from curi.models.config import RunConfig, build_model
+    from curi.models.data import EpisodeDataset, collate_episodes, eval_labels, make_renderer
+    from curi.models.decoder import ConceptTokenizer
+    from curi.models.evaluate import embed_eval_set, log_odds
+    from curi.models.runtime import resolve_device, to_device
+
+    ckpt, path = load_checkpoint(checkpoint)
+    run = RunConfig.from_mapping(ckpt["config"])
+    check_checkpoint_bank(run.bank, bank)
+    dev = resolve_device(device)
+    renderer = make_renderer(run.modality)
+    model = build_model(run, renderer).to(dev)
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    ev = EvalSet.from_bank(bank)
+    emb = embed_eval_set(model, bank, run.modality, device=dev)
+    sampler = PerConceptSampler(bank, split, concepts, episodes, run.negatives, seed)
+    ds = EpisodeDataset(sampler, run.modality, max_len=ckpt.get("max_len"))
+    loader = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, False),
+                        collate_fn=collate_episodes)  # fmt: skip
+    tok = ConceptTokenizer()
+    aps, exact = [], []
+    for batch in loader:
+        out = model(to_device(batch, dev))
+        scores = log_odds(out.prototypes, emb).double().cpu().numpy()  # (B, M)
+        scores -= scores.min(axis=1, keepdims=True)
+        truth = eval_labels(ev.rows, batch["concept"].cpu().numpy(), len(ev))  # (B, M)
+        aps.append(average_precision_batch(scores, truth))
+        if model.decoder is not None:
+            ids = model.decoder.greedy(out.prototypes.flatten(1))  # (B, L)
+            for row, h in zip(ids.cpu(), batch["concept"].tolist(), strict=True):
+                exact.append(tok.decode(row) == bank.concepts[h])
+    n = len(sampler._samplers)
+    ap = np.concatenate(aps).reshape(n, episodes).mean(1)
+    ex = np.array(exact, float).reshape(n, episodes).mean(1) if exact else None
+    log.info("model %s: per-concept mAP %.4f on %d concepts", path, ap.mean(), n)
+    return {"concept": np.asarray(concepts), "ap": ap, "exact": ex, "split": run.split}
+
+
+def difficulty_report(
+    bank,
+    splits: Sequence,
+    *,
+    checkpoints: Mapping[str, str] | None = None,
+    predictors: Sequence[str] | None = None,
+    episodes: int = 10,
+    max_concepts: int | None = None,
+    negatives: str = "hard",
+    threshold: float | str = "median",
+    prior: str = "log_linear",
+    likelihood: str = "size_principle",
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict:
+    """Per-concept rows, AUC tables and per-split correlations for `splits` of `bank`.
+
+    Args:
+        splits: split names, rule mappings or `Split`s.
+        checkpoints: split name -> checkpoint of a model trained on it.
+        predictors: names of `curi.predictors.PREDICTORS` / `COMBINED` (default: all).
+        episodes: evaluation episodes per test concept.
+        max_concepts: score a seeded sample of at most this many test concepts per split.
+        threshold: easy = outcome >= threshold (``median``: the split's median).
+
+    Returns:
+        ``{"rows", "auc_oracle", "auc_model", "auc_exact", "splits", "correlations"}``.
+    """
+    names = list(predictors or [*PREDICTORS, *COMBINED])
+    resolved = [s if isinstance(s, Split) else make_split(bank, s) for s in splits]
+    checkpoints = dict(checkpoints or {})
+    unknown = set(checkpoints) - {s.name for s in resolved}
+    if unknown:
+        raise ConfigError(f"checkpoints for splits not in splits: {sorted(unknown)}")
+    samples = {s.name: concept_sample(s, max_concepts, seed) for s in resolved}
+    scores = predictor_scores(
+        bank.concepts, [(s.name, s.train, samples[s.name]) for s in resolved],
+        predictors=names, seed=seed,
+    )  # fmt: skip
+    ev = EvalSet.from_bank(bank)
+    div = DivergenceIndex(bank.concepts)
+    rows, split_rows = [], []
+    for s in resolved:
+        te = samples[s.name]
+        if len(te) == 0:
+            log.warning("split %r has no test concepts; skipped", s.name)
+            continue
+        orc = oracle_outcomes(bank, s, te, episodes=episodes, negatives=negatives, prior=prior,
+                              likelihood=likelihood, seed=seed, eval_set=ev)  # fmt: skip
+        mod = None
+        if s.name in checkpoints:
+            mod = model_outcomes(checkpoints[s.name], bank, s, te, episodes=episodes, seed=seed,
+                                 device=device)  # fmt: skip
+        sc = scores[s.name]
+        first = names[0]
+        for j, h in enumerate(te.tolist()):
+            r = {
+                "split": s.name,
+                "concept": bank.concepts[h],
+                "length": len(parse(bank.concepts[h])),
+            }
+            r.update({f"{EASY}{p}": float(sc[p].easiness[j]) for p in names})
+            for p in ("2-LS", "cooc"):
+                if p in sc:
+                    r[f"hard_{p}"] = sc[p].hardest[j]
+            if sc[first].unseen_symbols is not None:
+                r["unseen_symbols"] = bool(sc[first].unseen_symbols[j])
+            r["oracle_ap"], r["oracle_cba"] = float(orc["ap"][j]), float(orc["cba"][j])
+            r["model_ap"] = None if mod is None else float(mod["ap"][j])
+            r["model_exact"] = None if mod is None or mod["exact"] is None else float(
+                mod["exact"][j])  # fmt: skip
+            rows.append(r)
+        d = div.divergences(s.train, s.test)
+        srow = {"split": s.name, "n_test": len(s.test), "n_scored": len(te),
+                "oracle_ap": float(orc["ap"].mean()), "d_compound": d.compound,
+                "model_ap": None if mod is None else float(mod["ap"].mean()), **s.info}  # fmt: skip
+        srow.update({f"mean_{p}": float(sc[p].easiness.mean()) for p in names})
+        split_rows.append(srow)
+    keys = [f"{EASY}{p}" for p in names]
+
+    def table(outcome: str) -> list[dict]:
+        t = auc_table(rows, keys, outcome, threshold=threshold)
+        return [{**r, "predictor": r["predictor"].removeprefix(EASY)} for r in t]
+
+    out = {
+        "rows": rows,
+        "auc_oracle": table("oracle_ap"),
+        "auc_model": table("model_ap"),
+        "auc_exact": table("model_exact"),
+        "splits": split_rows,
+        "correlations": split_correlations(split_rows, names, "oracle_ap"),
+    }
+    return out
+
+
+def _fmt(v) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def _md_auc(table: list[dict], title: str) -> list[str]:
+    if not table:
+        return []
+    scopes = list(dict.fromkeys(r["scope"] for r in table))
+    preds = list(dict.fromkeys(r["predictor"] for r in table))
+    get = {(r["scope"], r["predictor"]): r for r in table}
+    lines = [f"## {title}", "", "| predictor | " + " | ".join(scopes) + " | pooled, within length"
+             " | pooled Spearman |", "|---" * (len(scopes) + 3) + "|"]  # fmt: skip
+    for p in preds:
+        cells = [_fmt(get[(s, p)]["auc"]) if (s, p) in get else "" for s in scopes]
+        pooled = get.get(("pooled", p), {})
+        within, rho = pooled.get("auc_length_stratified"), pooled.get("spearman")
+        lines.append(f"| {p} | " + " | ".join(cells) + f" | {_fmt(within)} | {_fmt(rho)} |")
+    n = {s: get[(s, preds[0])]["n"] for s in scopes}
+    lines += ["", "Concepts: " + ", ".join(f"{s} {n[s]}" for s in scopes), ""]
+    return lines
+
+
+def write_report(
+    report: dict, out_dir: str | Path, *, settings: Mapping | None = None
+) -> list[Path]:
+    """Write ``concepts.csv`` (per concept), ``auc.md`` / ``difficulty.json`` and
+    ``difficulty.png`` (per-concept oracle AP against 2-LS and co-occurrence easiness)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = report["rows"]
+    written = []
+    if rows:
+        import io
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        written.append(write_text(out / "concepts.csv", buf.getvalue()))
+    md = ["# Difficulty: easiness predictors against per-concept outcomes", ""]
+    if settings:
+        md += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
+    md += _md_auc(report["auc_oracle"], "ROC AUC against the weak oracle's per-concept AP")
+    md += _md_auc(report["auc_model"], "ROC AUC against the model's per-concept AP")
+    md += _md_auc(report["auc_exact"], "ROC AUC against the decoded concept's exact match")
+    md += ["## Per split: mean easiness against the weak oracle's mAP", "",
+           "| predictor | Pearson | Spearman | splits |", "|---|---|---|---|"]  # fmt: skip
+    md += [f"| {c['predictor']} | {_fmt(c['pearson'])} | {_fmt(c['spearman'])} | {c['splits']} |"
+           for c in report["correlations"]]  # fmt: skip
+    written.append(write_text(out / "auc.md", "\n".join(md) + "\n"))
+    slim = {k: v for k, v in report.items() if k != "rows"}
+    written.append(write_text(out / "difficulty.json", json.dumps(slim, indent=2, default=str)))
+    if rows:
+        written.append(_plot(rows, out / "difficulty.png"))
+    return written
+
+
+def _plot(rows: list[dict], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in ("2-LS", "cooc-frac", "length") if f"{EASY}{k}" in rows[0]]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5), squeeze=False)
+    splits = sorted({r["split"] for r in rows})
+    for ax, k in zip(axes[0], keys, strict=True):
+        for s in splits:
+            pts = [(r[f"{EASY}{k}"], r["oracle_ap"]) for r in rows if r["split"] == s]
+            x, y = np.array(pts).T
+            jitter = (np.random.default_rng(0).random(len(x)) - 0.5) * 0.02  # ties visible
+            ax.scatter(x + jitter, y, s=6, alpha=0.5, label=s)
+        ax.set_xlabel(f"easiness ({k})")
+        ax.set_ylabel("weak oracle AP")
+    axes[0][0].legend(fontsize=6, markerscale=2)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def difficulty(cfg: DictConfig) -> None:
+    """Predict which test concepts are hard (unobserved local structures) and check it."""
+    from curi.commands import open_bank_from_config
+
+    bank = open_bank_from_config(cfg)
+    c = OmegaConf.to_container(cfg, resolve=True)
+    splits = c["splits"] if isinstance(c["splits"], list) else [c["splits"]]
+    checkpoints = dict(c.get("checkpoints") or {})
+    if c.get("checkpoint"):
+        from curi.models.checkpoint import load_checkpoint
+
+        ckpt, _ = load_checkpoint(c["checkpoint"])
+        sp = ckpt["config"]["split"]
+        name = sp if isinstance(sp, str) else sp["name"]
+        check_checkpoint_bank(ckpt["config"]["bank"], bank)
+        if name not in [s if isinstance(s, str) else s["name"] for s in splits]:
+            splits.append(sp)
+        checkpoints[name] = c["checkpoint"]
+    report = difficulty_report(
+        bank, splits, checkpoints=checkpoints, predictors=c["predictors"],
+        episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"],
+        negatives=c["negatives"], threshold=c["threshold"], prior=c["prior"],
+        likelihood=c["likelihood"], seed=c["seed"], device=c["device"],
+    )  # fmt: skip
+    settings = {"bank": bank.config["name"], "episodes_per_concept": c["episodes_per_concept"],
+                "max_concepts": c["max_concepts"], "threshold": c["threshold"],
+                "negatives": c["negatives"], "seed": c["seed"]}  # fmt: skip
+    paths = write_report(report, cfg.output_dir, settings=settings)
+    for p in paths:
+        log.info("wrote %s", p)
+    print((Path(cfg.output_dir) / "auc.md").read_text())

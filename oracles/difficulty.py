@@ -1,0 +1,197 @@
+"""Difficulty evaluation (Bogin, Gupta and Berant 2022, sections 5.1-5.2): per-concept outcomes
+of the weak oracle over a fixed number of episodes per test concept, a binary easy label, and
+how well easiness predictors rank them: ROC AUC (pooled, per split, within length strata),
+Spearman correlation, and per split the correlation of mean easiness with the split's metric."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from curi import validate
+from curi.bits import unpack_rows
+from curi.episodes import EpisodeSampler
+from curi.oracles.gap import EvalSet, _oracle_ap
+from curi.oracles.metrics import class_balanced_accuracy_batch
+from curi.oracles.policies import Oracle
+from curi.posterior import predictive_on
+from curi.rng import derive_rng
+from curi.splits import Split
+
+__all__ = [
+    "auc_table",
+    "concept_sample",
+    "easy_labels",
+    "oracle_outcomes",
+    "roc_auc",
+    "split_correlations",
+    "stratified_auc",
+]
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """Area under the ROC curve of `scores` for binary `labels`: the probability that a random
+    positive scores above a random negative, ties counting one half (Mann-Whitney U from
+    average ranks). NaN when one class is empty."""
+    s = np.asarray(scores, np.float64)
+    y = np.asarray(labels, bool)
+    n1, n0 = int(y.sum()), int((~y).sum())
+    if n1 == 0 or n0 == 0:
+        return float("nan")
+    ranks = stats.rankdata(s)  # average ranks for ties
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def stratified_auc(scores, labels, strata) -> float:
+    """AUC counting only (positive, negative) pairs within the same stratum (e.g. the same
+    concept length): what a predictor ranks beyond the strata. NaN without such pairs."""
+    s, y, g = np.asarray(scores, float), np.asarray(labels, bool), np.asarray(strata)
+    num = den = 0.0
+    for v in np.unique(g):
+        m = g == v
+        n1, n0 = int(y[m].sum()), int((~y[m]).sum())
+        if n1 and n0:
+            num += roc_auc(s[m], y[m]) * n1 * n0
+            den += n1 * n0
+    return num / den if den else float("nan")
+
+
+def easy_labels(outcome: np.ndarray, threshold: float | str = "median") -> np.ndarray:
+    """Binary easy labels: outcome >= threshold; ``median`` uses the outcomes' median (the
+    split's, when called per split). A median tie puts the tied concepts on the easy side."""
+    o = np.asarray(outcome, float)
+    t = float(np.nanmedian(o)) if threshold == "median" else float(threshold)
+    return o >= t
+
+
+def concept_sample(split: Split, max_concepts: int | None, seed: int) -> np.ndarray:
+    """The split's test concepts, or a seeded sample of `max_concepts` of them (sorted)."""
+    te = np.asarray(split.test)
+    if max_concepts is None or len(te) <= max_concepts:
+        return te
+    rng = derive_rng(seed, f"difficulty-sample:{split.name}")
+    return np.sort(rng.choice(te, size=max_concepts, replace=False))
+
+
+def oracle_outcomes(
+    bank,
+    split: Split,
+    concepts: np.ndarray | None = None,
+    *,
+    episodes: int = 10,
+    negatives: str = "hard",
+    prior: str = "log_linear",
+    likelihood: str = "size_principle",
+    seed: int = 0,
+    eval_set: EvalSet | None = None,
+) -> dict[str, np.ndarray]:
+    """The weak oracle's mean AP (on the evaluation set) and mean class-balanced accuracy (on
+    the query set) over `episodes` test episodes of each concept.
+
+    Episode j of concept h is episode j of a sampler whose test set is h alone, named
+    ``<split>#<h>``, so it depends on (seed, split, h, j) only. The weak oracle's hypothesis
+    space is the split's training concepts (the strong one when train is the whole bank).
+
+    Returns:
+        ``{"concept": (C,), "ap": (C,), "cba": (C,)}``.
+    """
+    episodes = validate.integer(episodes, "episodes_per_concept", low=1, high=10**6)
+    concepts = np.asarray(split.test if concepts is None else concepts, np.int64)
+    ev = eval_set if eval_set is not None else EvalSet.from_bank(bank)
+    kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
+    weak = Oracle.strong(bank, **kw) if len(split.train) == len(bank) else Oracle.weak(
+        bank, split, **kw)  # fmt: skip
+    groups = np.asarray(bank.groups)
+    ap, cba = np.zeros(len(concepts)), np.zeros(len(concepts))
+    for j, h in enumerate(concepts.tolist()):
+        one = dataclasses.replace(split, name=f"{split.name}#{h}", test=np.array([h]))
+        sampler = EpisodeSampler(bank, one, "test", negatives, seed=seed, size=episodes)
+        aps, qs, ql = [], [], []
+        label_words = ev.rows[h]
+        label = unpack_rows(label_words, len(ev))
+        for i in range(episodes):
+            e = sampler[i]
+            idx, w = weak.posterior(e.support_ids, e.support_labels)
+            qs.append(predictive_on(bank, idx, w, e.query_ids))
+            ql.append(e.query_labels)
+            aps.append(_oracle_ap(ev, label, idx, w, groups, label_words))
+        ap[j] = float(np.mean(aps))
+        cba[j] = float(np.mean(class_balanced_accuracy_batch(np.array(qs), np.array(ql))))
+    return {"concept": concepts, "ap": ap, "cba": cba}
+
+
+def auc_table(
+    rows: Sequence[Mapping],
+    predictors: Sequence[str],
+    outcome: str,
+    *,
+    threshold: float | str = "median",
+) -> list[dict]:
+    """AUC of each predictor against easy labels of `outcome`, pooled and per split.
+
+    Args:
+        rows: per-concept rows with keys ``split``, ``length``, `outcome` and one per
+            predictor (its easiness).
+        predictors: the predictor keys.
+        outcome: the outcome key (e.g. ``oracle_ap``, ``model_ap``).
+        threshold: easy = outcome >= threshold; ``median``: each split's median;
+            ``pooled_median``: the median of all rows (one threshold for every split).
+
+    Returns:
+        One row per (scope, predictor): ``scope`` (``pooled`` or a split), ``predictor``,
+        ``n``, ``easy`` (share), ``auc``, ``auc_length_stratified``, ``spearman`` (with the
+        continuous outcome).
+    """
+    rows = [r for r in rows if r.get(outcome) is not None and np.isfinite(r[outcome])]
+    splits = sorted({r["split"] for r in rows})
+    labels = np.zeros(len(rows), bool)
+    if threshold == "pooled_median":  # one threshold for all splits, like the seed's EM
+        labels = easy_labels(np.array([r[outcome] for r in rows], float), "median")
+    for s in splits if threshold != "pooled_median" else []:
+        m = np.array([r["split"] == s for r in rows])  # per split (its median), then pooled
+        labels[m] = easy_labels(np.array([r[outcome] for r in rows])[m], threshold)
+    out = []
+    for scope in ["pooled", *splits]:
+        m = np.array([scope == "pooled" or r["split"] == scope for r in rows], bool)
+        if not m.any():
+            continue
+        y = labels[m]
+        o = np.array([r[outcome] for r in rows])[m]
+        length = np.array([r["length"] for r in rows])[m]
+        for p in predictors:
+            e = np.array([r[p] for r in rows])[m]
+            rho = stats.spearmanr(e, o).statistic if np.ptp(e) > 0 and np.ptp(o) > 0 else np.nan
+            out.append({
+                "scope": scope, "predictor": p, "n": int(m.sum()), "easy": float(y.mean()),
+                "auc": roc_auc(e, y), "auc_length_stratified": stratified_auc(e, y, length),
+                "spearman": float(rho),
+            })  # fmt: skip
+    return out
+
+
+def split_correlations(split_rows: Sequence[Mapping], predictors: Sequence[str], metric: str):
+    """Per-split correlation (Pearson and Spearman, over splits) of each predictor's mean
+    easiness with the split's `metric`, beside ``-d_compound`` (the seed's Table 5).
+
+    Args:
+        split_rows: one mapping per split with `metric`, ``d_compound`` and ``mean_<p>`` keys.
+
+    Returns:
+        ``[{"predictor", "pearson", "spearman", "splits"}]``, ``-D_C`` last.
+    """
+    y = np.array([r[metric] for r in split_rows], float)
+    out = []
+    cols = [(p, np.array([r[f"mean_{p}"] for r in split_rows], float)) for p in predictors]
+    cols.append(("-D_C", -np.array([r["d_compound"] for r in split_rows], float)))
+    for name, x in cols:
+        ok = np.isfinite(x) & np.isfinite(y)
+        if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+            pr = sr = float("nan")
+        else:
+            pr = float(stats.pearsonr(x[ok], y[ok]).statistic)
+            sr = float(stats.spearmanr(x[ok], y[ok]).statistic)
+        out.append({"predictor": name, "pearson": pr, "spearman": sr, "splits": int(ok.sum())})
+    return out

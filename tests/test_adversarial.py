@@ -1,0 +1,82 @@
+"""The ``adversarial`` split rule (curi.splits.adversarial): validity, what it holds out, the
+Half and NoSib variants, files for every generated split, determinism and bad options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from curi import SplitError, make_split
+from curi.splits import list_split_rules
+from curi.splits.adversarial import AdversarialOptions, adversarial_splits
+from curi.structures import StructureIndex
+
+LOOSE = {"max_easiness": 1.01, "min_test": 1}
+
+
+def _symbols(bank, idx):
+    return set().union(*(set(bank.concepts[i].split()) for i in idx))
+
+
+def test_registered():
+    assert "adversarial" in list_split_rules()
+
+
+@pytest.mark.parametrize("variant", ["all", "nosib"])
+def test_generated_splits_are_valid_and_hold_out_similar_structures(tiny_bank, variant):
+    opt = AdversarialOptions(variant=variant, max_test_fraction=0.2, **LOOSE)
+    splits = adversarial_splits(tiny_bank, options=opt)
+    assert splits, "the tiny bank gives some adversarial split"
+    shapes = {"pc"} if variant == "nosib" else {"pc", "sib"}
+    index = StructureIndex(tiny_bank.concepts, n=2, shapes=shapes)
+    names = {f"{a}({' '.join(b)})": i for i, (a, b) in enumerate(index.structures)}
+    seen_tests = set()
+    for sp in splits:
+        assert len(sp.test) <= 0.2 * len(tiny_bank)
+        assert _symbols(tiny_bank, sp.test) <= _symbols(tiny_bank, sp.train)
+        held = {names[h] for h in sp.info["held_out"]}
+        has = [bool(set(index.concept_structures[i].tolist()) & held) for i in range(len(index))]
+        assert all(has[i] for i in sp.test)
+        assert not any(has[i] for i in sp.train)
+        assert not set(np.asarray(tiny_bank.groups)[sp.train]) & set(
+            np.asarray(tiny_bank.groups)[sp.test])  # fmt: skip
+        key = tuple(sp.test.tolist())
+        assert key not in seen_tests  # duplicates dropped
+        seen_tests.add(key)
+    e = [sp.info["mean_easiness"] for sp in splits]
+    assert e == sorted(e)  # hardest first
+
+
+def test_threshold_filter_and_half(tiny_bank):
+    all_ = adversarial_splits(tiny_bank, options=AdversarialOptions(**LOOSE))
+    strict = adversarial_splits(tiny_bank, options=AdversarialOptions(max_easiness=0.3, min_test=1))
+    assert len(strict) <= len(all_)
+    assert all(sp.info["mean_easiness"] < 0.3 for sp in strict)
+    half = adversarial_splits(
+        tiny_bank, options=AdversarialOptions(variant="nosib", half=True, top=3, min_test=1)
+    )
+    assert len(half) <= 3 and all(sp.info["variant"] == "nosib-half" for sp in half)
+
+
+def test_rule_writes_every_split_and_is_deterministic(tiny_bank, tmp_path):
+    cfg = {"name": "adv", "rule": "adversarial", "save_dir": str(tmp_path), **LOOSE}
+    a = make_split(tiny_bank, cfg)
+    b = make_split(tiny_bank, cfg)
+    assert np.array_equal(a.test, b.test) and np.array_equal(a.train, b.train)
+    files = sorted(tmp_path.glob("adv-*.json"))
+    assert len(files) == a.info["kept"]
+    again = make_split(tiny_bank, {"name": "again", "rule": "file", "path": str(files[0])})
+    assert np.array_equal(again.test, a.test)
+    second = make_split(tiny_bank, {**cfg, "pick": 1, "save_dir": None})
+    assert second.info["mean_easiness"] >= a.info["mean_easiness"]
+
+
+def test_bad_options(tiny_bank):
+    with pytest.raises(SplitError, match="variant"):
+        make_split(tiny_bank, {"name": "adv", "rule": "adversarial", "variant": "nopc"})
+    with pytest.raises(SplitError, match="max_test_fraction"):
+        make_split(tiny_bank, {"name": "adv", "rule": "adversarial", "max_test_fraction": 0})
+    with pytest.raises(SplitError, match="no adversarial split kept"):
+        make_split(tiny_bank, {"name": "adv", "rule": "adversarial", "max_easiness": 0.0})
+    with pytest.raises(SplitError, match="pick"):
+        make_split(tiny_bank, {"name": "adv", "rule": "adversarial", "pick": 10**6, **LOOSE})
