@@ -1,16 +1,21 @@
 """The `curi` command: `curi <subcommand> [key=value ...]`. Each subcommand is a Hydra app whose
 primary config is `<subcommand>.yaml` of the installed configuration package (`pkg://curi.conf`,
 the repository's `conf/`); subcommands are found through the `curi.commands` entry points, so
-the core never imports the layers above it."""
+the core never imports the layers above it. The primary config is also the command's schema
+(`curi.options`): overrides and the composed config are checked against it, and `--help` is
+written from its comments."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from curi.errors import CuriError
-from curi.presets import CONF_PACKAGE, conf_dir
+from curi.options import Options, check_config, check_override_keys, help_text, load_options
+from curi.presets import CONF_PACKAGE, conf_dir, list_presets
 
 __all__ = ["main"]
 
@@ -33,12 +38,82 @@ def _usage(commands: dict) -> str:
     return "\n".join(lines)
 
 
-def _run(name: str, fn, cfg) -> None:
-    try:
-        fn(cfg)
-    except CuriError as e:
-        print(f"curi {name.replace('.', ' ')}: error: {e}", file=sys.stderr)
-        sys.exit(2)
+def _fail(name: str, e: CuriError) -> None:
+    print(f"curi {name.replace('.', ' ')}: error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _value_of(rest: list[str], key: str) -> str | None:
+    """The last plain value given to `key` (``key=``, ``+key=``, ``++key=``), or None."""
+    found = None
+    for text in rest:
+        k, eq, v = text.lstrip("+").partition("=")
+        if eq and k == key:
+            found = v
+    return found
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _split_files(rest: list[str], opts: Options) -> list[str]:
+    """``split=FILE.json`` (a split saved by ``curi split ... save=FILE.json``) becomes the
+    ``file`` rule reading it, for every command with a ``split`` group: Hydra alone would look
+    for a preset of that name."""
+    if "split" not in opts.groups:
+        return rest
+    out = []
+    for text in rest:
+        key, eq, value = text.partition("=")
+        is_file = value.endswith(".json") and value not in list_presets("split")
+        if key != "split" or not eq or "," in value or not is_file:
+            out.append(text)
+            continue
+        path = Path(value).expanduser().absolute()
+        try:
+            name = str(json.loads(path.read_text())["name"])
+        except (OSError, ValueError, KeyError, TypeError):
+            name = path.stem  # a missing or bad file: the file rule says what is wrong
+        out += ["~split", f"+split={{name: {_quote(name)}, rule: file, path: {_quote(str(path))}}}"]
+    return out
+
+
+def _run_dir(rest: list[str], opts: Options) -> list[str]:
+    """Where the run's config and log go: output_dir= when given; else Hydra's run folder for a
+    command whose output_dir defaults to it; else (bank, split, ...) no run folder at all."""
+    given = {t.split("=", 1)[0] for t in rest if "=" in t}
+    out = _value_of(rest, "output_dir")
+    if out not in (None, "null") and "," not in out:
+        extra = [f"hydra.run.dir={_quote(out)}", f"hydra.sweep.dir={_quote(out)}"]
+        return [e for e in extra if e.split("=", 1)[0] not in given]
+    sweep = "-m" in rest or "--multirun" in rest  # a sweep keeps its record (multirun/...)
+    if opts.defaults.get("output_dir") is None and "hydra.run.dir" not in given and not sweep:
+        return ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=console"]
+    return []
+
+
+def _task(name: str, fn, opts: Options, output_dir_given: bool):
+    """The Hydra task: check the composed config against the command's schema, then run."""
+
+    def task(cfg) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import OmegaConf, open_dict
+
+        try:
+            plain = OmegaConf.to_container(cfg, resolve=True)
+            checked = check_config(plain, opts)
+            with open_dict(cfg):
+                for key, value in checked.items():
+                    if value != plain[key]:  # a value made a one-item list
+                        cfg[key] = value
+                if output_dir_given and "output_dir" in cfg:  # a sweep job: its own folder
+                    cfg.output_dir = HydraConfig.get().runtime.output_dir
+            fn(cfg)
+        except CuriError as e:
+            _fail(name, e)
+
+    return task
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,20 +130,25 @@ def main(argv: list[str] | None = None) -> None:
         print(f"curi: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
         sys.exit(2)
     fn = commands[name].load()
+    config_name = name.replace(".", "_")  # `episodes.render` -> episodes_render.yaml
     try:
         conf_dir()  # a broken install fails here with one message, not inside Hydra
+        opts = load_options(config_name)
+        if "--help" in rest or "-h" in rest:
+            choices = {k: v for k, _, v in (t.partition("=") for t in rest) if k in opts.groups}
+            print(help_text(opts, name.replace(".", " "), choices))
+            return
+        check_override_keys(rest, opts)
     except CuriError as e:
-        print(f"curi: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _fail(name, e)
     import hydra
 
-    def task(cfg) -> None:
-        _run(name, fn, cfg)
-
-    config_name = name.replace(".", "_")  # `episodes.render` -> episodes_render.yaml
+    given = _value_of(rest, "output_dir") not in (None, "null")
+    rest = _split_files(rest, opts)
+    rest = [*rest, *_run_dir(rest, opts)]
     app = hydra.main(
         config_path=f"pkg://{CONF_PACKAGE}", config_name=config_name, version_base="1.3"
-    )(task)
+    )(_task(name, fn, opts, given))
     # the job name names the run's log file (<command>.log beside .hydra/)
     sys.argv = [f"curi {name.replace('.', ' ')}", *rest, f"hydra.job.name={config_name}"]
     app()

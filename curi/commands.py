@@ -11,7 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.bank import BankConfig, ConceptBank, build_bank, load_bank
+from curi.bank import BankConfig, ConceptBank, build_bank, default_data_dir, load_bank
+from curi.errors import BankError, CuriError
 
 __all__ = ["bank", "split", "episodes", "open_bank", "open_bank_from_config"]
 
@@ -24,6 +25,7 @@ def open_bank(
     *,
     progress: bool = True,
     force: bool = False,
+    build: bool | None = None,
 ) -> ConceptBank:
     """The bank `bank` describes, ready to use: built under `data_dir`, or reused when the same
     bank is already there (`curi.build_bank`), then loaded without re-hashing its files (the
@@ -33,29 +35,58 @@ def open_bank(
         bank: a `BankConfig`, a mapping of its fields, or a preset name (``"tiny"``).
         data_dir: the data directory (default: `curi.bank.default_data_dir()`).
         progress: show progress bars while building.
-        force: rebuild even if a bank is already there.
+        force: rebuild even if a bank is already there (implies `build`).
+        build: build the bank when it is missing. None (default): only in the default data
+            directory, so that a misspelt `data_dir` is an error rather than a new bank.
 
     Raises:
         ConfigError: a bad bank option.
-        BankError: a different bank occupies the folder (and not `force`).
+        BankError: the bank is missing and may not be built here, or a different bank occupies
+            the folder (and not `force`).
     """
-    return load_bank(build_bank(bank, data_dir, progress=progress, force=force), verify=False)
+    if isinstance(bank, BankConfig):
+        cfg = bank
+    else:
+        cfg = BankConfig.preset(bank) if isinstance(bank, str) else BankConfig.from_mapping(bank)
+    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    if build is None:
+        build = data_dir is None or root.absolute() == default_data_dir().absolute()
+    if not (build or force) and not (root / str(cfg.name) / "manifest.json").is_file():
+        raise BankError(_missing_bank(cfg, root))
+    return load_bank(build_bank(cfg, data_dir, progress=progress, force=force), verify=False)
 
 
-def open_bank_from_config(cfg: DictConfig) -> ConceptBank:
-    """The bank of a command's config (``bank`` group, ``data_dir``, ``progress`` and an
-    optional ``force``; see `open_bank`)."""
+def _missing_bank(cfg: BankConfig, root: Path) -> str:
+    """How to build a missing bank (the preset's name when the config is that preset)."""
+    preset = "bank=" + str(cfg.name)
+    try:
+        if BankConfig.preset(str(cfg.name)) != cfg:
+            preset += " (and the same bank.* options)"
+    except CuriError:
+        preset = f"bank.name={cfg.name} (and the same bank.* options)"
+    return (
+        f"no bank {cfg.name!r} in data_dir {str(root)!r}; build it with `curi bank {preset} "
+        f"data_dir={root}`, or add build=true (a bank is built on its own only in the default "
+        f"data folder, {default_data_dir()})"
+    )
+
+
+def open_bank_from_config(cfg: DictConfig, *, build: bool | None = None) -> ConceptBank:
+    """The bank of a command's config (``bank`` group, ``data_dir``, ``progress`` and the
+    optional ``force`` and ``build``; see `open_bank`)."""
+    want = cfg.get("build") if build is None else build
     return open_bank(
         OmegaConf.to_container(cfg.bank, resolve=True),
         cfg.data_dir,
         progress=cfg.progress,
         force=bool(cfg.get("force", False)),
+        build=True if want else None,
     )
 
 
 def bank(cfg: DictConfig) -> None:
     """Build a concept bank (scenes, concepts, truth matrix, eval set) under data_dir."""
-    b = open_bank_from_config(cfg)
+    b = open_bank_from_config(cfg, build=True)
     log.info("bank ready at %s", b.path)
     print(json.dumps({"path": str(b.path), **b.manifest["counts"]}, indent=2))
 
@@ -63,6 +94,8 @@ def bank(cfg: DictConfig) -> None:
 def split(cfg: DictConfig) -> None:
     """Split the bank's concepts; print the sizes and the checks (and save the split with
     ``save=FILE.json``)."""
+    from curi.divergence import split_divergences
+    from curi.predictors import split_easiness
     from curi.splits import make_split
 
     bank = open_bank_from_config(cfg)
@@ -74,7 +107,11 @@ def split(cfg: DictConfig) -> None:
         "train_test_overlap": int(len(set(s.train) & set(s.test))),
         "groups_across_train_test": int(len(set(groups[s.train]) & set(groups[s.test]))),
         "examples_test": [bank.concept(int(i)).pretty() for i in s.test[:3]],
+        **split_easiness(bank, s),
+        **s.info,
     }
+    if "d_compound" not in report:  # generated splits (mcd) already measured theirs
+        report.update({k: round(v, 4) for k, v in split_divergences(bank, s).items()})
     if cfg.get("save"):  # reusable exactly, by this bank only: `split=path.json` or rule: file
         report["saved"] = str(s.save(cfg.save, bank))
     print(json.dumps(report, indent=2))

@@ -9,9 +9,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from curi.commands import open_bank
 from curi.errors import ConfigError
 from curi.models.config import RunConfig, check_eval_options
 from curi.models.evaluate import evaluate_checkpoint, write_metrics
+from curi.models.plots import plot_metrics
 from curi.models.train import train as train_run
 from curi.paths import inside
 
@@ -31,9 +33,10 @@ def run_config(cfg: DictConfig) -> RunConfig:
 
 def train(cfg: DictConfig) -> None:
     """Train a prototypical network; checkpoints, metrics and TensorBoard logs."""
-    summary = train_run(
-        run_config(cfg), run_dir=Path(cfg.output_dir), resume=cfg.resume, progress=cfg.progress
-    )
+    run = run_config(cfg)
+    if cfg.get("build"):  # asked for: build a missing bank first (else training refuses it)
+        open_bank(run.bank, run.data_dir, progress=cfg.progress, build=True)
+    summary = train_run(run, run_dir=Path(cfg.output_dir), resume=cfg.resume, progress=cfg.progress)
     print(json.dumps(summary, indent=2))
 
 
@@ -68,9 +71,11 @@ def evaluate(cfg: DictConfig) -> None:
         prior=cfg.prior,
         likelihood=cfg.likelihood,
         progress=cfg.progress,
+        build=True if cfg.get("build") else None,
     )
     path = write_metrics(metrics, out)
-    log.info("wrote %s", path)
+    plot = plot_metrics([metrics], out.with_name("eval.png"))
+    log.info("wrote %s and %s", path, plot)
     brief = {k: metrics[k] for k in ("checkpoint", "step", "split", "negatives", "episodes")}
     print(json.dumps({**brief, "model": metrics["model"], "oracles": metrics["oracles"],
                       "metrics": str(path)}, indent=2))  # fmt: skip

@@ -233,17 +233,19 @@ def check_eval_options(*, episodes, seed, batch_size, num_workers, chunk) -> Non
     validate.integer(chunk, "chunk", low=1, high=10**6)
 
 
-def open_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool = False):
+def open_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool = False, build=None):
     """The run's bank (`curi.commands.open_bank`) under `data_dir`, else the folder of
     `bank_path` (the one a checkpoint recorded) when it still holds that bank (its folder is
     named for it: never a sibling of some other folder a crafted checkpoint names), else
-    ``run.data_dir`` or the default."""
+    ``run.data_dir`` or the default. A missing bank is built only with `build`, or in the
+    default data folder when `build` is None."""
     path = Path(bank_path) if bank_path is not None else None
     name = run.bank.get("name", "default")
     if data_dir is None and path is not None and path.name == name:
         if (path / "manifest.json").is_file():
             data_dir = path.parent
-    return open_bank_at(run.bank, run.data_dir if data_dir is None else data_dir, progress=progress)
+    where = run.data_dir if data_dir is None else data_dir
+    return open_bank_at(run.bank, where, progress=progress, build=build)
 
 
 def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:

@@ -197,6 +197,7 @@ def evaluate_checkpoint(
     prior: str = "log_linear",
     likelihood: str = "size_principle",
     progress: bool = False,
+    build: bool | None = None,
 ) -> dict:
     """Evaluate a checkpoint of `curi.models.train.train` on `episodes` episodes of a subset.
 
@@ -209,7 +210,8 @@ def evaluate_checkpoint(
         checkpoint: a ``.pt`` file, or a run directory (its ``checkpoints/best.pt``, else
             ``checkpoints/last.pt``).
         data_dir: where the bank lives (default: the checkpoint's, else the default folder);
-            a missing bank is built from the stored bank config.
+            a missing bank is built from the stored bank config in the default folder, or
+            anywhere with `build` (`curi.commands.open_bank`).
         subset: ``test`` (default), ``val`` or ``train``.
         episodes: number of episodes (paper: 20,000 test episodes).
         seed: the episodes' seed (the oracles' too).
@@ -222,6 +224,7 @@ def evaluate_checkpoint(
         oracles: also score the oracles (test subset only).
         prior, likelihood: the oracles' options (see `curi.oracles.Oracle`).
         progress: show progress bars.
+        build: build a missing bank (None: only in the default data folder).
 
     Returns:
         ``{"checkpoint", "step", "subset", "split", "negatives", "episodes", "seed", "model":
@@ -242,7 +245,9 @@ def evaluate_checkpoint(
     except ConfigError as e:
         raise ConfigError(f"checkpoint {path} stores a bad bank: {e}") from None
     dev = resolve_device(device)
-    bank = open_bank(run, data_dir=data_dir, bank_path=ckpt.get("bank_path"), progress=progress)
+    bank = open_bank(
+        run, data_dir=data_dir, bank_path=ckpt.get("bank_path"), progress=progress, build=build
+    )
     split_cfg = run.split if split is None else split
     sp = make_split(bank, split_cfg)
     neg = negatives or run.negatives

@@ -10,7 +10,7 @@ from pathlib import Path
 from curi.atomic import atomic_path, write_text
 from curi.oracles.paper import PAPER_GAP, paper_comparison
 
-__all__ = ["write_report", "markdown_table"]
+__all__ = ["gap_figure", "markdown_table", "plot_title", "write_report"]
 
 _COLUMNS = (
     ("split", "split", "{}"),
@@ -42,7 +42,10 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(rows: list[dict], path: Path) -> None:
+def gap_figure(rows: list[dict], title: str | None = None):
+    """The gap chart as a matplotlib figure: per negatives kind, mAP and class-balanced
+    accuracy of the strong and weak oracles per split, the random oracle as a dash, the gap
+    printed above the highest mark (the paper's oracles, diamonds, never cover it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,7 +53,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     import numpy as np
 
     negs = sorted({r["negatives"] for r in rows})
-    fig, axes = plt.subplots(len(negs), 2, figsize=(12, 3.6 * len(negs)), squeeze=False)
+    fig, axes = plt.subplots(len(negs), 2, figsize=(12, 4.2 * len(negs)), squeeze=False)
     for i, neg in enumerate(negs):
         sub = sorted((r for r in rows if r["negatives"] == neg), key=lambda r: -r["map_gap"])
         x = np.arange(len(sub))
@@ -61,29 +64,56 @@ def _plot(rows: list[dict], path: Path) -> None:
             ax.bar(x - 0.2, strong, 0.4, label="strong oracle", color="#3b75af")
             ax.bar(x + 0.2, weak, 0.4, label="weak oracle", color="#ef8636")
             ax.plot(x, [r[f"{metric}_random"] for r in sub], "k_", ms=14, label="random")
-            in_paper = [i for i, r in enumerate(sub) if r["split"] in PAPER_GAP]
+            top = np.maximum(strong, weak)  # the gap's label goes above everything drawn
+            in_paper = [k for k, r in enumerate(sub) if r["split"] in PAPER_GAP]
             if neg == "hard" and in_paper:  # the paper's oracles (its section 5) on its splits
                 cols = (0, 1) if metric == "map" else (3, 4)
-                for dx, c, label in ((-0.2, cols[0], "paper"), (0.2, cols[1], None)):
-                    ys = [PAPER_GAP[sub[i]["split"]][c] for i in in_paper]
+                for dx, c, label in ((-0.2, cols[0], "paper's oracles"), (0.2, cols[1], None)):
+                    ys = [PAPER_GAP[sub[k]["split"]][c] for k in in_paper]
                     ax.plot(x[in_paper] + dx, ys, "D", ms=5, mfc="white", mec="black", ls="none",
                             label=label)  # fmt: skip
-            for xi, s, w in zip(x, strong, weak, strict=True):
-                ax.annotate(f"{s - w:.2f}", (xi, s + 0.02), ha="center", fontsize=8)
+                    top[in_paper] = np.maximum(top[in_paper], ys)
+            for xi, s, w, t in zip(x, strong, weak, top, strict=True):
+                ax.annotate(f"{s - w:.2f}", (xi, t), xytext=(0, 5), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=8,
+                            bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none",
+                                  "alpha": 0.8})  # fmt: skip
             ax.set_xticks(x, [r["split"] for r in sub], rotation=35, ha="right", fontsize=8)
-            ax.set_ylim(0, 1.12)
+            ax.set_ylim(0, 1.2)
             name = "mAP" if metric == "map" else "class-balanced accuracy"
-            ax.set_title(f"{name}, {neg} negatives (numbers: gap)", fontsize=10)
+            ax.set_xlabel("split (by decreasing mAP gap)", fontsize=9)
+            ax.set_ylabel(name, fontsize=9)
+            ax.set_title(f"{name}, {neg} negatives (numbers: strong - weak gap)", fontsize=10)
     handles, labels = axes[-1, 0].get_legend_handles_labels()  # hard negatives sort last
-    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig
+
+
+def _plot(rows: list[dict], path: Path, title: str | None = None) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = gap_figure(rows, title)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
-def write_report(rows: list[dict], out_dir: str | Path, *, meta: dict | None = None) -> dict:
-    """Write gap.json, gap.md and gap.png under `out_dir`; return their paths."""
+def plot_title(rows: list[dict], *, bank: str, episodes: int) -> str:
+    """The gap chart's title: the bank, the episodes per split and the negatives."""
+    negs = ", ".join(sorted({r["negatives"] for r in rows}))
+    return (
+        f"Compositionality gap: bank {bank}, {episodes:,} test episodes per split, {negs} negatives"
+    )
+
+
+def write_report(
+    rows: list[dict], out_dir: str | Path, *, meta: dict | None = None, title: str | None = None
+) -> dict:
+    """Write gap.json, gap.md and gap.png under `out_dir` (the chart titled `title`, see
+    `plot_title`); return their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "gap.json", "md": out / "gap.md", "png": out / "gap.png"}
@@ -99,5 +129,5 @@ def write_report(rows: list[dict], out_dir: str | Path, *, meta: dict | None = N
             "one of their names is compared all the same.\n\n" + beside
         )
     write_text(paths["md"], header + markdown_table(rows) + beside)
-    _plot(rows, paths["png"])
+    _plot(rows, paths["png"], title)
     return paths

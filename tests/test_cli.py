@@ -28,8 +28,8 @@ def test_bank_builds_tiny_and_reports(tmp_path):
     report = json.loads(out.stdout[out.stdout.index("{") :])
     assert report["concepts"] > 50
     assert (tmp_path / "data" / "tiny" / "manifest.json").is_file()
-    # the composed config is saved with the run's output
-    assert list((tmp_path / "outputs" / "bank").glob("*/.hydra/config.yaml"))
+    # no run folder is left behind: `curi bank` keeps its config and log only in output_dir=
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
     # asking for a different bank at the same place is one clear error, exit code 2
     again = run_curi(
         "bank", "bank=tiny", f"data_dir={tmp_path / 'data'}", "bank.num_draws=6000", cwd=tmp_path
@@ -59,6 +59,6 @@ def test_sweep_with_m_runs_each_job_and_names_the_log(tiny_bank_dir, tmp_path):
     out = run_curi("split", "-m", "bank=tiny", data, "split=binding_color,counting", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     runs = sorted(p for p in (tmp_path / "multirun" / "split").glob("*/*") if p.is_dir())
-    assert [r.name for r in runs] == ["0", "1"]
+    assert [r.name for r in runs] == ["0", "1"]  # a sweep without output_dir= keeps its record
     assert all((r / "split.log").is_file() for r in runs)
     assert '"split": "counting"' in out.stdout

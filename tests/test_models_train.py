@@ -282,7 +282,8 @@ def test_curi_train_then_eval_write_checkpoints_and_metrics(tiny_bank_dir, tmp_p
     names = {p.name for p in (run / "checkpoints").glob("*.pt")}
     assert names == {"step_0000002.pt", "step_0000004.pt", "last.pt", "best.pt"}
     assert len(_log(run, "train")) == 4 and [r["step"] for r in _log(run, "val")] == [4]
-    assert list((tmp_path / "outputs" / "train").glob("*/.hydra/config.yaml"))  # config saved
+    assert (run / ".hydra" / "config.yaml").is_file() and (run / "train.log").is_file()
+    assert not (tmp_path / "outputs").exists()  # config and log in output_dir, nothing elsewhere
 
     ev = tmp_path / "eval"
     out = _curi("eval", f"checkpoint={run}", "episodes=20", "num_workers=0", f"output_dir={ev}",

@@ -166,7 +166,7 @@ def test_checkpoint_bank_path_is_only_used_when_it_is_that_bank(world):
     other.mkdir(parents=True)
     (other / "manifest.json").write_text("{}")
     run = RunConfig(bank={**SMALL, "name": "small"}, data_dir=str(world / "data"))
-    bank = open_bank(run, bank_path=str(other))
+    bank = open_bank(run, bank_path=str(other), build=True)
     assert bank.path == world / "data" / "small"
     assert sorted(os.listdir(world / "elsewhere")) == ["some-bank"]
 

@@ -1,0 +1,320 @@
+"""A command's options, read from its primary config file (``conf/<command>.yaml``) with the
+comment beside each key: the schema that every composed config is checked against (an unknown
+key or a value of the wrong type ends in one message naming the key and the valid ones), and
+the text of ``curi <command> --help``. Generic: a new command's YAML file is its schema."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from curi.errors import ConfigError
+from curi.presets import conf_dir, list_presets
+
+__all__ = ["Options", "load_options", "check_config", "check_override_keys", "help_text"]
+
+_KEY = re.compile(r"^(\s*)([A-Za-z_][\w@.-]*)\s*:(\s|$)(.*)$")
+
+
+@dataclass
+class Options:
+    """One command's schema.
+
+    Attributes:
+        name: the config name (``gap``, ``episodes_render``).
+        defaults: the primary config's own keys and default values (no ``defaults``/``hydra``).
+        comments: dotted key -> the comment that explains it.
+        groups: package (where the group's config lands) -> (group, default option or None).
+        help: the file's ``hydra.help`` (``header``, ``footer``).
+    """
+
+    name: str
+    defaults: dict
+    comments: dict[str, str] = field(default_factory=dict)
+    groups: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    help: dict = field(default_factory=dict)
+
+
+def _comment(text: str) -> str | None:
+    """The comment of a YAML line's remainder (a `#` outside quotes), or None."""
+    quote = None
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or text[i - 1].isspace()):
+            return text[i + 1 :].strip()
+    return None
+
+
+def read_comments(text: str) -> dict[str, str]:
+    """Dotted key -> comment, from the comment on a key's line (or on the continuation lines of
+    its value) and the comment lines right above it."""
+    out: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    above: list[str] = []
+    last = None  # the last key seen; comments before the first key describe the file
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            above = []
+            continue
+        if stripped.startswith("#"):
+            if last is not None:
+                above.append(stripped.lstrip("#").strip())
+            continue
+        m = _KEY.match(line)
+        if m is None or stripped.startswith("-"):  # a value's continuation or a list item
+            note = _comment(line)
+            if note and last and last not in out:
+                out[last] = note
+            above = []
+            continue
+        indent, key, rest = len(m.group(1)), m.group(2), m.group(4)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, key))
+        last = ".".join(k for _, k in stack)
+        note = " ".join([*above, _comment(rest) or ""]).strip()
+        if note:
+            out[last] = note
+        above = []
+    return out
+
+
+def _load(path: Path) -> tuple[dict, str]:
+    text = path.read_text()
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path.name} is not valid YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path.name} is not a mapping")
+    return doc, text
+
+
+def load_options(config_name: str) -> Options:
+    """The schema of the primary config `config_name` of the installed configuration."""
+    doc, text = _load(conf_dir() / f"{config_name}.yaml")
+    about = dict((doc.get("hydra") or {}).get("help") or {})
+    opts = Options(config_name, {}, read_comments(text), {}, about)
+    for entry in doc.get("defaults", []) or []:
+        if isinstance(entry, str):
+            if entry != "_self_":  # another primary-level file: its keys are ours too
+                sub = load_options(entry)
+                opts.defaults.update(sub.defaults)
+                opts.comments = {**sub.comments, **opts.comments}
+                opts.groups.update(sub.groups)
+            continue
+        for key, choice in entry.items():
+            words = key.split()
+            if words[0] == "override" or words[-1].startswith("hydra/"):
+                continue
+            group, _, package = words[-1].partition("@")
+            opts.groups[package or group.replace("/", ".")] = (group, choice)
+    opts.defaults.update({k: v for k, v in doc.items() if k not in ("defaults", "hydra")})
+    return opts
+
+
+# --- checking ------------------------------------------------------------------------------
+def _unknown(key: str, valid) -> ConfigError:
+    valid = sorted(valid)
+    leaf = key.rsplit(".", 1)[-1]
+    near = difflib.get_close_matches(leaf, [v.rsplit(".", 1)[-1] for v in valid], n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return ConfigError(f"unknown option {key!r}{hint}; valid: {', '.join(valid)}")
+
+
+def _valid_keys(opts: Options, prefix: str, node: dict) -> list[str]:
+    keys = [f"{prefix}{k}" for k in node]
+    return keys + [g for g in opts.groups if not prefix and g not in node]
+
+
+def _type_error(key: str, want: str, default, value) -> ConfigError:
+    return ConfigError(f"{key} must be {want} (default {default!r}), got {value!r}")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_value(key: str, default, value):
+    """`value` (possibly made a one-item list) once its type fits `default`'s."""
+    if default is None or value is None or (isinstance(default, str) and "${" in default):
+        return value
+    if isinstance(default, str) and default == "???":
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise _type_error(key, "true or false", default, value)
+    elif isinstance(default, int):
+        integral = _is_number(value) and (
+            isinstance(value, int) or (math.isfinite(value) and value == int(value))
+        )
+        if not integral:
+            raise _type_error(key, "an integer", default, value)
+    elif isinstance(default, float):
+        if not _is_number(value):
+            raise _type_error(key, "a number", default, value)
+    elif isinstance(default, str):
+        if isinstance(value, (list, dict)):
+            raise _type_error(key, "a single value", default, value)
+    elif isinstance(default, list):
+        if isinstance(value, dict):
+            raise _type_error(key, "a list", default, value)
+        if not isinstance(value, list):
+            return [value]  # `splits=boolean` stands for `splits=[boolean]`
+    elif isinstance(default, dict) and not isinstance(value, dict):
+        raise _type_error(key, "a mapping", default, value)
+    return value
+
+
+def _check_node(opts: Options, prefix: str, schema: dict, node: dict, top: bool) -> dict:
+    out = dict(node)
+    for key, value in node.items():
+        full = f"{prefix}{key}"
+        if top and key in opts.groups and key not in schema:
+            continue  # a config group's content: checked by the library that reads it
+        if key not in schema:
+            raise _unknown(full, _valid_keys(opts, prefix, schema))
+        default = schema[key]
+        out[key] = _check_value(full, default, value)
+        if isinstance(default, dict) and default and isinstance(value, dict):
+            out[key] = _check_node(opts, f"{full}.", default, value, False)
+    return out
+
+
+def check_config(cfg: dict, opts: Options) -> dict:
+    """`cfg` (a composed config as plain containers) once every key is one of the command's
+    options (a config group's own keys are left to the library that reads them, which checks
+    them against its dataclass) and every value has the type of its default; a single value
+    given for a list becomes a one-item list.
+
+    Raises:
+        ConfigError: naming the key and the valid ones, or the key, the type and the value.
+    """
+    return _check_node(opts, "", opts.defaults, cfg, True)
+
+
+def check_override_keys(overrides: list[str], opts: Options) -> None:
+    """Refuse an override of an unknown key before composition (Hydra would otherwise suggest
+    ``+key=value``, which adds the misspelt key and is silently ignored).
+
+    Raises:
+        ConfigError: naming the key and the valid ones.
+    """
+    groups = set(list_groups())
+    for text in overrides:
+        if text.startswith("-") or "=" not in text and not text.startswith("~"):
+            continue
+        key = text.lstrip("+~").split("=", 1)[0]
+        if not key or key.startswith("hydra") or "/" in key or "@" in key:
+            continue
+        head, *rest = key.split(".")
+        if head in opts.groups:
+            continue
+        if head in groups and head not in opts.defaults:
+            raise ConfigError(
+                f"unknown option {head!r}: this command has no {head} group; valid: "
+                + ", ".join(sorted([*opts.defaults, *opts.groups]))
+            )
+        node, prefix = opts.defaults, ""
+        for part in [head, *rest]:
+            if not isinstance(node, dict) or (not node and prefix):
+                break  # below a free-form mapping or a value
+            if part not in node:
+                raise _unknown(prefix + part, _valid_keys(opts, prefix, node))
+            node, prefix = node[part], f"{prefix}{part}."
+
+
+def list_groups() -> list[str]:
+    """The config groups of the installed configuration (folders of `conf/`)."""
+    return sorted(p.name for p in conf_dir().iterdir() if p.is_dir() and p.name != "hydra"
+                  and not p.name.startswith("_"))  # fmt: skip
+
+
+# --- help ----------------------------------------------------------------------------------
+def _value(v) -> str:
+    text = yaml.safe_dump(v, default_flow_style=True, width=10**6).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def _flatten(node: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out = []
+    for k, v in node.items():
+        if isinstance(v, dict) and v:
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _rows(items, comments: dict[str, str], lookup_prefix: str = "") -> list[str]:
+    lines = []
+    for key, value in items:
+        left = f"  {key}={_value(value)}"
+        note = comments.get(key[len(lookup_prefix) :] if lookup_prefix else key, "")
+        if len(left) > 34 and note:
+            lines += [left, f"{'':36}{note}"]
+        else:
+            lines.append(f"{left:<36}{note}".rstrip())
+    return lines
+
+
+def _describe(group: str, option: str) -> str:
+    path = conf_dir() / group / f"{option}.yaml"
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            return ""
+        if not line.startswith("# @package"):
+            return line.lstrip("#").strip()  # its first line
+    return ""
+
+
+def _option(group: str, name: str) -> tuple[dict, dict[str, str]]:
+    """A group option's keys and comments, over those of the options it extends (its own
+    defaults list, e.g. ``train/tiny`` over ``train/default``)."""
+    doc, text = _load(conf_dir() / group / f"{name}.yaml")
+    keys, notes = {}, {}
+    for base in doc.pop("defaults", None) or []:
+        if isinstance(base, str) and base != "_self_" and base != name:
+            more, more_notes = _option(group, base)
+            keys.update(more)
+            notes.update(more_notes)
+    keys.update(doc)
+    notes.update(read_comments(text))
+    return keys, notes
+
+
+def help_text(opts: Options, command: str, choices: dict[str, str] | None = None) -> str:
+    """``curi <command> --help``: the header, each option with its default and meaning (the
+    comment beside it in the YAML file), each config group with its options (and the keys of
+    the chosen one), the footer."""
+    choices = choices or {}
+    lines = [str(opts.help.get("header", f"curi {command}")), "",
+             f"usage: curi {command} [key=value ...] [-m] [--help]", "", "options:"]  # fmt: skip
+    own = {k: v for k, v in opts.defaults.items() if k not in opts.groups or v is not None}
+    lines += _rows(_flatten(own), opts.comments)
+    for package, (group, default) in opts.groups.items():
+        choice = choices.get(package, default)
+        names = list_presets(group)
+        lines += ["", f"{package}={choice or 'null'}  (config group {group}: "
+                  f"{', '.join(names)})"]  # fmt: skip
+        width = max(map(len, names), default=0)
+        lines += [f"    {n:<{width}}  {_describe(group, n)}".rstrip() for n in names]
+        if choice in names:
+            doc, notes = _option(group, choice)
+            items = [(f"{package}.{k}", v) for k, v in _flatten(doc)]
+            lines += _rows(items, notes, lookup_prefix=f"{package}.")
+    lines += ["", "Override any option with key=value (a group's keys with group.key=value); an "
+              "unknown key or a value of the wrong type is refused.",
+              "Hydra's own flags: --hydra-help."]  # fmt: skip
+    if opts.help.get("footer"):
+        lines += ["", str(opts.help["footer"])]
+    return "\n".join(lines)
