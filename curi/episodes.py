@@ -29,7 +29,8 @@ _MAX_ROUNDS = 64
 
 @dataclass(frozen=True)
 class Episode:
-    """One episode. Labels are 1 for positives, 0 for negatives; positives come first.
+    """One episode. Labels are 1 for positives, 0 for negatives; each set is in a seeded random
+    order (`EpisodeSampler` ``shuffle``), so a position says nothing about the label.
 
     Attributes:
         index: the episode's index in its sampler.
@@ -106,6 +107,10 @@ class EpisodeSampler:
         num_positives: positives per set (5).
         num_negatives: negatives per set (20).
         size: number of episodes (default: paper sizes, 500,000 / 5,000 / 20,000).
+        shuffle: put each set in a random order, labels alongside, drawn from (seed, split,
+            subset, index) alone, so hard and easy episodes i share it. False: positives
+            first (the original release's order, which hands the answer to an
+            order-sensitive model). Oracles and prototypical networks are order-invariant.
 
     Raises:
         ConfigError: an unknown option, or a subset without concepts.
@@ -123,6 +128,7 @@ class EpisodeSampler:
         num_positives: int = 5,
         num_negatives: int = 20,
         size: int | None = None,
+        shuffle: bool = True,
     ):
         choice(negatives, "negatives", NEGATIVES)
         query_negatives = query_negatives or negatives
@@ -144,6 +150,7 @@ class EpisodeSampler:
         w = np.exp(np.asarray(bank.log_prior, np.float64)[self.concepts])
         self._cum = np.cumsum(w / w.sum())
         self._tag = f"{self.split.name}:{subset}"
+        self.shuffle = bool(shuffle)
 
     def _check_counts(self, num_positives, num_negatives) -> tuple[int, int]:
         """(num_positives, num_negatives), once the bank can supply them: every concept of the
@@ -166,7 +173,8 @@ class EpisodeSampler:
     def __repr__(self) -> str:
         return (
             f"EpisodeSampler(split={self.split.name!r}, subset={self.subset!r}, "
-            f"negatives={self.negatives!r}, seed={self.seed}, size={self.size})"
+            f"negatives={self.negatives!r}, seed={self.seed}, size={self.size}, "
+            f"shuffle={self.shuffle})"
         )
 
     def __getitem__(self, i: int) -> Episode:
@@ -188,14 +196,20 @@ class EpisodeSampler:
         q_kind = self.query_negatives if self.query_negatives != "random" else "easy"
         q_neg, q_alt = self._negatives(q_kind, h, row, q_pos, used, neg_rng)
         labels = np.r_[np.ones(npos, np.int8), np.zeros(self.num_negatives, np.int8)]
+        s_ids, q_ids = np.r_[s_pos, s_neg].astype(np.int64), np.r_[q_pos, q_neg].astype(np.int64)
+        s_lab, q_lab = labels, labels.copy()
+        if self.shuffle:  # its own stream: the draws above are those of shuffle=False
+            order_rng = derive_rng(self.seed, f"order:{self._tag}", i)
+            s_perm, q_perm = order_rng.permutation(len(s_ids)), order_rng.permutation(len(q_ids))
+            s_ids, s_lab, q_ids, q_lab = s_ids[s_perm], s_lab[s_perm], q_ids[q_perm], q_lab[q_perm]
         return Episode(
             index=i,
             concept=h,
             concept_text=bank.concepts[h],
-            support_ids=np.r_[s_pos, s_neg].astype(np.int64),
-            support_labels=labels,
-            query_ids=np.r_[q_pos, q_neg].astype(np.int64),
-            query_labels=labels.copy(),
+            support_ids=s_ids,
+            support_labels=s_lab,
+            query_ids=q_ids,
+            query_labels=q_lab,
             support_alternates=s_alt,
             query_alternates=q_alt,
             bank=bank,

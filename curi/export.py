@@ -1,6 +1,8 @@
 """Exporting episodes with their scene records, so they can be re-rendered in any modality later:
-JSON lines (optionally gzip-compressed) or WebDataset-style tar shards, each with a small
-dataset card; and the one reader of those files, which checks every episode.
+JSON lines (optionally gzip-compressed), parquet (typed columns that Hugging Face `datasets`
+and any arrow reader load) or WebDataset tar shards, each with a small dataset card, optionally
+with every scene's rendered file (PNG or WAV bytes); and the one reader of those files, which
+checks every episode.
 
 An export is published as a whole: its files (the JSON-lines file, or every tar shard) are
 written under temporary names and renamed into place only once all are complete, and the
@@ -14,25 +16,28 @@ from __future__ import annotations
 import contextlib
 import glob
 import gzip
-import hashlib
 import io
 import json
 import re
 import tarfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from curi import validate
 from curi.atomic import atomic_path, owner_alive, temporaries, write_text
-from curi.episodes import EpisodeSampler
-from curi.errors import CuriError
+from curi.bank_format import sha256
+from curi.episodes import Episode, EpisodeSampler
+from curi.errors import ConfigError, CuriError
 from curi.splits import Split
 
 __all__ = [
     "CARD_FORMAT",
     "EpisodeFileError",
+    "Media",
+    "parquet_schema",
     "check_export_options",
     "count_episodes",
     "export_episodes",
@@ -49,10 +54,29 @@ class EpisodeFileError(CuriError, ValueError):
     """An exported episode file that is missing, empty or corrupt, or does not match its card."""
 
 
+class Media(Protocol):
+    """Rendered files to store beside each episode (`curi.renderers.rerender.media`): called
+    with scene records, returns one file's bytes per record; `suffix` is ``.png`` or ``.wav``
+    and `feature` the Hugging Face feature type of the files (``Image`` or ``Audio``)."""
+
+    suffix: str
+    feature: str
+
+    def __call__(self, records: Sequence[dict]) -> list[bytes]: ...
+
+
 # --- file names ------------------------------------------------------------------------------
 def _card_path(out: Path) -> Path:
     """The dataset card of the export ``out``: ``<out>.card.md`` beside it."""
     return out.with_name(out.name + ".card.md")
+
+
+def _brace_pattern(out: Path, count: int) -> Path:
+    """The path written for ``out=<name>.tar``: its one shard, or WebDataset's brace pattern
+    ``<name>-{00000..NNNNN}.tar`` of its shards (which `read_episode_file` also reads)."""
+    if count == 1:
+        return out.with_name(f"{out.stem}-00000.tar")
+    return out.with_name(f"{out.stem}-{{00000..{count - 1:05d}}}.tar")
 
 
 def _shards(out: Path) -> list[Path]:
@@ -64,6 +88,13 @@ def _export_of(path: Path) -> Path:
     """The export a file belongs to: ``<name>.tar`` for its shard ``<name>-NNNNN.tar``, else
     the file itself."""
     m = re.fullmatch(r"(.+)-\d{5}\.tar", path.name)
+    return path.with_name(m.group(1) + ".tar") if m else path
+
+
+def _unbrace(path: Path) -> Path:
+    """``<name>.tar`` for the brace pattern ``<name>-{00000..NNNNN}.tar`` `export_episodes`
+    reports, else `path`."""
+    m = re.fullmatch(r"(.+)-\{\d{5}\.\.\d{5}\}\.tar", path.name)
     return path.with_name(m.group(1) + ".tar") if m else path
 
 
@@ -79,18 +110,13 @@ def _remove_dead_temporaries(out: Path) -> None:
 
 
 # --- writing ---------------------------------------------------------------------------------
-def _digest(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _stage(path: Path, publish: contextlib.ExitStack, write) -> dict:
     """Write `path` under its temporary name (``write(tmp)`` returns the episodes written) and
     leave its renaming to the end of `publish`; returns its card entry."""
     tmp = publish.enter_context(atomic_path(path))
     episodes = write(tmp)
     return {"name": path.name, "episodes": episodes, "bytes": tmp.stat().st_size,
-            "sha256": _digest(tmp)}  # fmt: skip
+            "sha256": sha256(tmp)}  # fmt: skip
 
 
 def _write_lines(tmp: Path, texts: Iterable[str], *, compressed: bool) -> int:
@@ -106,34 +132,129 @@ def _write_lines(tmp: Path, texts: Iterable[str], *, compressed: bool) -> int:
     return count
 
 
-def _write_shard(tmp: Path, items: list[tuple[int, str]]) -> int:
-    with tarfile.open(tmp, "w") as tar:
-        for index, text in items:
-            data = text.encode()
-            info = tarfile.TarInfo(f"{index:08d}.json")  # WebDataset: key.extension
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+_Item = tuple[int, dict, list[tuple[str, bytes]]]  # (index, episode, rendered files)
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)  # mtime 0, no owner: the same export is the same bytes
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _write_shard(tmp: Path, items: list[_Item]) -> int:
+    """One WebDataset sample per episode, key ``<index:08d>``: ``<key>.json`` (the episode)
+    and, with rendered files, ``<key>.support_00.png`` ... ``<key>.query_24.png`` (or .wav)."""
+    with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for index, ep, files in items:
+            key = f"{index:08d}"
+            _add(tar, f"{key}.json", json.dumps(ep).encode())
+            for name, data in files:
+                _add(tar, f"{key}.{name}", data)
     return len(items)
 
 
-def _stage_shards(out: Path, texts: Iterable[str], shard_size: int,
+def _stage_shards(out: Path, items: Iterable[_Item], shard_size: int,
                   publish: contextlib.ExitStack) -> list[dict]:  # fmt: skip
     """Stage the shards ``<name>-00000.tar``, ... of `shard_size` episodes each."""
     files: list[dict] = []
-    batch: list[tuple[int, str]] = []
+    batch: list[_Item] = []
 
     def flush() -> None:
         path = out.with_name(f"{out.stem}-{len(files):05d}.tar")
         files.append(_stage(path, publish, lambda tmp: _write_shard(tmp, batch)))
         batch.clear()
 
-    for i, text in enumerate(texts):
-        batch.append((i, text))
+    for item in items:
+        batch.append(item)
         if len(batch) == shard_size:
             flush()
     if batch:
         flush()
     return files
+
+
+# --- parquet ---------------------------------------------------------------------------------
+def parquet_schema(media: Media | None = None):
+    """The arrow schema of a parquet export: ``index``, ``concept`` int64, ``concept_text``
+    string, ``support_ids`` / ``query_ids`` list<int64>, ``support_labels`` / ``query_labels``
+    list<int8> (1 positive), ``support_records`` / ``query_records`` list of scene structs
+    (``id``, ``objects``: shape, color, material, size strings, location bins ``x``, ``y``,
+    ``position`` [x, y, z], ``rotation`` degrees, ``pixel`` [px, py]); with `media` also
+    ``support_<feature>s`` / ``query_<feature>s`` lists of ``{bytes, path}`` (the storage of
+    Hugging Face ``Image`` / ``Audio`` features). The Hugging Face feature types ride in the
+    schema's metadata, so `datasets.load_dataset("parquet", ...)` decodes the files."""
+    import pyarrow as pa
+
+    obj = pa.struct([
+        ("shape", pa.string()), ("color", pa.string()), ("material", pa.string()),
+        ("size", pa.string()), ("x", pa.int64()), ("y", pa.int64()),
+        ("position", pa.list_(pa.float64())), ("rotation", pa.float64()),
+        ("pixel", pa.list_(pa.float64())),
+    ])  # fmt: skip
+    record = pa.struct([("id", pa.int64()), ("objects", pa.list_(obj))])
+    fields = [("index", pa.int64()), ("concept", pa.int64()), ("concept_text", pa.string())]
+    for s in ("support", "query"):
+        fields += [(f"{s}_ids", pa.list_(pa.int64())), (f"{s}_labels", pa.list_(pa.int8())),
+                   (f"{s}_records", pa.list_(record))]  # fmt: skip
+    if media is not None:
+        blob = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+        fields += [(_media_column(s, media), blob) for s in ("support", "query")]
+    schema = pa.schema(fields)
+    hf = {"info": {"features": {f.name: _hf_feature(f.type, media) for f in schema}}}
+    return schema.with_metadata({"huggingface": json.dumps(hf)})
+
+
+def _media_column(subset: str, media: Media) -> str:
+    return f"{subset}_{media.feature.lower()}s"  # support_images, query_audios
+
+
+def _hf_feature(t, media: Media | None):
+    """Hugging Face feature (its dict form) of an arrow type; lists as ``[feature]``, which
+    every `datasets` version reads as a list; ``{bytes, path}`` structs as `media`'s type."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t):
+        return [_hf_feature(t.value_type, media)]
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        if names == ["bytes", "path"] and media is not None:
+            return {"_type": media.feature}
+        return {t.field(i).name: _hf_feature(t.field(i).type, media) for i in range(t.num_fields)}
+    return {"dtype": str(t).replace("double", "float64"), "_type": "Value"}
+
+
+def _write_parquet(tmp: Path, items: Iterable[_Item], media: Media | None, rows: int) -> int:
+    """Episodes as parquet row groups of `rows` episodes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet_schema(media)
+    count, batch = 0, []
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for _, ep, files in items:
+            if media is not None:
+                ns = len(ep["support_ids"])
+                blobs = [{"bytes": data, "path": name} for name, data in files]
+                ep = {**ep, _media_column("support", media): blobs[:ns],
+                      _media_column("query", media): blobs[ns:]}  # fmt: skip
+            batch.append(ep)
+            count += 1
+            if len(batch) == rows:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                batch = []
+        if batch or count == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+    return count
+
+
+def _parquet_episodes(path: Path) -> Iterator[dict]:
+    """The episodes of a parquet export as dicts, without rendered files."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    cols = [n for n in f.schema_arrow.names if not n.endswith(("_images", "_audios"))]
+    for batch in f.iter_batches(batch_size=256, columns=cols):
+        yield from batch.to_pylist()
 
 
 def check_export_options(n, shard_size, seed) -> tuple[int, int, int]:
@@ -161,13 +282,20 @@ def export_episodes(
     seed: int = 0,
     shard_size: int = 10_000,
     progress: bool = True,
-) -> dict[str, Path]:
+    media: Media | None = None,
+) -> dict:
     """Write episodes 0..n-1 of (split, subset) with ids, labels, the concept and the scene
     records, and a dataset card beside them (``<out>.card.md``).
 
-    ``out`` ending in ``.jsonl`` / ``.jsonl.gz``: one JSON object per line. Ending in ``.tar``:
-    WebDataset-style shards ``<name>-00000.tar``, ... of `shard_size` episodes, one member
-    ``<index>.json`` per episode (for large exports).
+    ``out`` ending in ``.jsonl`` / ``.jsonl.gz``: one JSON object per line. ``.parquet``: one
+    row per episode with typed columns (`parquet_schema`), readable by
+    ``datasets.load_dataset("parquet", data_files=...)``, pandas or any arrow reader.
+    ``.tar``: WebDataset shards ``<name>-00000.tar``, ... of `shard_size` episodes, one sample
+    per episode (``<index>.json``, plus its rendered files with `media`), readable by the
+    `webdataset` library and ``datasets.load_dataset("webdataset", data_files=...)``.
+
+    With `media` (``curi.renderers.rerender.media("image")``), parquet and tar exports also
+    hold every scene's rendered file (PNG or WAV bytes), in set order.
 
     The export replaces an earlier one to the same `out` as a whole: every file is written
     under a temporary name first; once all are complete the old card is removed, the files
@@ -175,27 +303,41 @@ def export_episodes(
     lists every file with its episode count, size and SHA-256, written last. A kill at any
     point leaves the old export or files the reader refuses, and the next export removes the
     killed process's temporaries.
+
+    Returns:
+        ``episodes``: the path written (for tar: its one shard, or the brace pattern
+        ``<name>-{00000..NNNNN}.tar`` of its shards), ``files``: every file written, and
+        ``card``: the dataset card.
+
+    Raises:
+        ConfigError: bad options; `media` with a JSON-lines export.
     """
     from tqdm import tqdm
 
     n, shard_size, seed = check_export_options(n, shard_size, seed)
     out = Path(out)
+    kind = "tar" if out.suffix == ".tar" else "parquet" if out.suffix == ".parquet" else "lines"
+    if media is not None and kind == "lines":
+        raise ConfigError(f"rendered files go into .parquet or .tar exports, not {out.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_temporaries(out)
     sampler = EpisodeSampler(
         bank, split, subset, negatives, seed=seed, query_negatives=query_negatives, size=n
     )
-    texts = (
-        json.dumps(sampler[i].to_dict())
-        for i in tqdm(range(n), desc="episodes", disable=not progress)
+    items = (
+        _item(sampler[i], media) for i in tqdm(range(n), desc="episodes", disable=not progress)
     )
     card = _card_path(out)
     with contextlib.ExitStack() as publish:
-        if out.suffix == ".tar":
-            files = _stage_shards(out, texts, shard_size, publish)
-            written = f"{len(files)} shards {out.stem}-NNNNN.tar of up to {shard_size}"
+        if kind == "tar":
+            files = _stage_shards(out, items, shard_size, publish)
+            written = f"{len(files)} WebDataset shards {out.stem}-NNNNN.tar of up to {shard_size}"
+        elif kind == "parquet":
+            files = [_stage(out, publish, lambda tmp: _write_parquet(tmp, items, media, 1000))]
+            written = f"one row per episode in {out.name} (parquet)"
         else:
             gz = out.suffix == ".gz"
+            texts = (json.dumps(ep) for _, ep, _ in items)
             files = [_stage(out, publish, lambda tmp: _write_lines(tmp, texts, compressed=gz))]
             written = f"one JSON object per line in {out.name}"
         card.unlink(missing_ok=True)  # from here until the new card, the export reads as broken
@@ -205,10 +347,26 @@ def export_episodes(
     meta = {
         "curi_export": CARD_FORMAT, "export": out.name, "episodes": n, "split": str(split.name),
         "subset": str(subset), "negatives": str(negatives),
-        "query_negatives": str(sampler.query_negatives), "seed": seed, "files": files,
+        "query_negatives": str(sampler.query_negatives), "seed": seed,
+        "media": media.suffix if media is not None else None, "files": files,
     }  # fmt: skip
     write_text(card, _card_text(meta, bank, split, written))
-    return {"episodes": out, "card": card}
+    paths = [out.with_name(f["name"]) for f in files]
+    written_path = _brace_pattern(out, len(files)) if kind == "tar" else out
+    return {"episodes": written_path, "files": paths, "card": card}
+
+
+def _item(ep: Episode, media: Media | None) -> _Item:
+    """(index, JSON-ready episode, rendered files named ``support_NN<suffix>`` ...)."""
+    d = ep.to_dict()
+    files: list[tuple[str, bytes]] = []
+    if media is not None:
+        blobs = media(d["support_records"] + d["query_records"])
+        ns = len(d["support_records"])
+        names = [f"support_{k:02d}" for k in range(ns)]
+        names += [f"query_{k:02d}" for k in range(len(blobs) - ns)]
+        files = [(name + media.suffix, data) for name, data in zip(names, blobs, strict=True)]
+    return ep.index, d, files
 
 
 def _card_text(meta: dict, bank, split: Split, written: str) -> str:
@@ -225,10 +383,17 @@ def _card_text(meta: dict, bank, split: Split, written: str) -> str:
         f"curi {bank.manifest['version']})\n"
         f"- split sizes: {split.sizes()}\n"
         "- format: each episode is a JSON object: `concept_text` (canonical postfix), "
-        "`support_ids`, `support_labels`, `query_ids`, `query_labels` (1 positive, 0 negative, "
-        "positives first), `support_records` / `query_records` (every object's shape, color, "
-        "material, size, location bins x / y, 3D position, rotation and pixel centre).\n"
-        "- files: the front matter above lists each with its episode count, size in bytes and "
+        "`support_ids`, `support_labels`, `query_ids`, `query_labels` (1 positive, 0 "
+        "negative, in a seeded random order), `support_records` / `query_records` (every "
+        "object's shape, color, material, size, location bins x / y, 3D position, rotation "
+        "and pixel centre).\n"
+        + (
+            f"- rendered files: `<key>.support_NN{meta['media']}` per scene (tar), or the "
+            "`support_*s` / `query_*s` columns (parquet)\n"
+            if meta["media"]
+            else ""
+        )
+        + "- files: the front matter above lists each with its episode count, size in bytes and "
         "SHA-256; readers check them.\n"
         "- regenerate exactly: the same bank config, split, subset, negatives and seed.\n"
     )
@@ -357,6 +522,10 @@ def _differs(path: Path, part: _Part, what: str) -> EpisodeFileError:
 
 
 def _part_texts(part: _Part) -> Iterator[tuple[str, str]]:
+    if part.path.suffix == ".parquet":
+        for k, ep in enumerate(_parquet_episodes(part.path)):
+            yield f"row {k}", json.dumps(ep)
+        return
     if part.path.suffix == ".tar":
         with tarfile.open(part.path) as tar:
             for member in tar:
@@ -371,12 +540,18 @@ def _part_texts(part: _Part) -> Iterator[tuple[str, str]]:
                 yield f"line {n}", line
 
 
+try:  # a corrupt parquet file raises ArrowInvalid (a ValueError) or ArrowException
+    from pyarrow import ArrowException as _ArrowError
+except ImportError:  # pragma: no cover - pyarrow is a dependency
+    _ArrowError = OSError
+
+
 def _texts(path: Path, parts: list[_Part]) -> Iterator[tuple[str, str]]:
     """(location, JSON text) of every episode in `parts`, each file's checksum checked before
     it is read and its episode count after."""
     try:
         for part in parts:
-            if part.entry is not None and _digest(part.path) != part.entry["sha256"]:
+            if part.entry is not None and sha256(part.path) != part.entry["sha256"]:
                 raise _differs(path, part, "its SHA-256")
             count = 0
             for item in _part_texts(part):
@@ -385,13 +560,15 @@ def _texts(path: Path, parts: list[_Part]) -> Iterator[tuple[str, str]]:
             if part.entry is not None and count != part.entry["episodes"]:
                 raise _differs(path, part, f"{count} episodes, the card says "
                                            f"{part.entry['episodes']}")  # fmt: skip
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error, tarfile.TarError) as e:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error, tarfile.TarError,
+            _ArrowError) as e:  # fmt: skip
         raise EpisodeFileError(f"cannot read episode file {path}: {e}") from None
 
 
 def read_episode_file(path: str | Path, *, limit: int | None = None) -> Iterator[dict]:
-    """Yield the episodes of an export (``.jsonl``, ``.jsonl.gz``, a ``.tar`` shard, or the
-    ``<name>.tar`` given to `export_episodes`, meaning all its shards), checked: against the
+    """Yield the episodes of an export (``.jsonl``, ``.jsonl.gz``, ``.parquet``, a ``.tar``
+    shard, or the ``<name>.tar`` given to `export_episodes` or the brace pattern it returned,
+    meaning all its shards), without rendered files, checked: against the
     export's card when there is one (every file listed and present, none added, sizes,
     SHA-256 and episode counts), and each episode's keys and lengths.
 
@@ -400,7 +577,7 @@ def read_episode_file(path: str | Path, *, limit: int | None = None) -> Iterator
             an entry is not an episode (not JSON, a missing key, labels and records of
             different lengths).
     """
-    path = Path(path)
+    path = _unbrace(Path(path))
     count = 0
     for where, text in _texts(path, _plan(path)):
         if limit is not None and count >= limit:
@@ -429,7 +606,7 @@ def read_episode_file(path: str | Path, *, limit: int | None = None) -> Iterator
 def count_episodes(path: str | Path, limit: int | None = None) -> int | None:
     """Episodes in an export (for progress bars): its card's count, else counted; None when
     it cannot be read (the reader reports why, with the location)."""
-    path = Path(path)
+    path = _unbrace(Path(path))
     try:
         parts = _plan(path)
         if all(p.entry is not None for p in parts):

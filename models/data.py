@@ -1,6 +1,9 @@
 """Episodes as tensors (paper Appendix E): a torch Dataset that renders `curi.EpisodeSampler`
 episodes in the chosen modality on the fly (in DataLoader workers), its collate function, the
-step-seeded stream of training episode indices, and the chunked mAP evaluation set."""
+step-seeded stream of training episode indices, and the chunked mAP evaluation set.
+
+`episode_dataset` is the public entry point for training one's own model; score it with
+`curi.oracles.model_score.score_model`."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ __all__ = [
     "collate_episodes",
     "concept_max_len",
     "encoder_options",
+    "episode_dataset",
     "eval_labels",
     "make_renderer",
     "renders_on_cuda",
@@ -35,14 +39,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def make_renderer(modality: Mapping) -> Renderer:
+def make_renderer(modality: Mapping | str) -> Renderer:
     """The renderer of a modality config (``name`` plus the renderer's options, as in
     ``conf/modality/<name>.yaml``).
 
     Raises:
         ConfigError: unknown modality or a bad option.
     """
-    opts = dict(modality)
+    opts = {"name": modality} if isinstance(modality, str) else dict(modality)
     if "name" not in opts:
         raise ConfigError(f"a modality config needs a name (schema, image, sound); got {opts}")
     device = str(opts.get("device", "cpu"))
@@ -102,13 +106,13 @@ class EpisodeDataset(Dataset):
     def __init__(
         self,
         sampler: EpisodeSampler,
-        modality: Mapping,
+        modality: Mapping | str,
         *,
         tokenizer: ConceptTokenizer | None = None,
         max_len: int | None = None,
     ) -> None:
         self.sampler = sampler
-        self.modality = dict(modality)
+        self.modality = {"name": modality} if isinstance(modality, str) else dict(modality)
         self.name = str(self.modality.get("name"))
         self.tokenizer = tokenizer or ConceptTokenizer()
         self.max_len = concept_max_len(sampler.bank) if max_len is None else int(max_len)
@@ -160,6 +164,44 @@ class EpisodeDataset(Dataset):
                 item["support_mask"], item["query_mask"] = mask[b, :s], mask[b, s:]
             items.append(item)
         return items
+
+
+def episode_dataset(
+    bank,
+    split,
+    subset: str = "train",
+    *,
+    modality: Mapping | str = "schema",
+    negatives: str = "hard",
+    seed: int = 0,
+    size: int | None = None,
+    query_negatives: str | None = None,
+) -> EpisodeDataset:
+    """Rendered episodes of one split as a torch `Dataset`, for any model.
+
+    Item i is episode i of ``EpisodeSampler(bank, split, subset, negatives, seed)`` (support
+    and query sets in a seeded random order, labels alongside) rendered as `modality`: see
+    `EpisodeDataset` for the keys. Use it with ``DataLoader(ds, batch_size=B,
+    collate_fn=collate_episodes, num_workers=W)``: batches are identical for every W.
+
+    Args:
+        bank: a `ConceptBank` (`curi.load_bank`).
+        split: a split name (`curi.list_splits`), a split config, or a `Split`.
+        subset: ``train``, ``val`` or ``test``.
+        modality: ``schema``, ``image`` or ``sound``, or a renderer config (``name`` plus the
+            options of ``conf/modality/<name>.yaml``).
+        negatives: ``hard`` or ``easy``.
+        seed: the episodes' seed.
+        size: number of episodes (default: the paper's size of the subset).
+        query_negatives: as `curi.EpisodeSampler`.
+
+    Raises:
+        ConfigError: a bad split, subset, modality or option.
+    """
+    sampler = EpisodeSampler(
+        bank, split, subset, negatives, seed=seed, size=size, query_negatives=query_negatives
+    )
+    return EpisodeDataset(sampler, modality)
 
 
 def collate_episodes(items: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:

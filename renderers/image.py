@@ -5,6 +5,7 @@ environment reflection for metal, computed only on the 8 x 8 pixel tiles objects
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from curi.atomic import atomic_path
 from curi.renderers.base import Packed, Rendered, Renderer, pack_records, register_renderer
 from curi.scenes import COLOR_RGB, COLORS, RADII, SHAPES, Camera
 
-__all__ = ["ImageRenderer", "render_images", "save_png"]
+__all__ = ["ImageRenderer", "png_bytes", "render_images", "save_png"]
 
 _BIG = 1.0e3  # "infinite" half-extent or radius: a constraint that never binds
 _CUBE, _CYL = SHAPES.index("cube"), SHAPES.index("cylinder")
@@ -480,6 +481,11 @@ class ImageRenderer(Renderer):
                 save_png(im, folder / f"{name}{self.file_suffix}")
         return {"data": np.ascontiguousarray(u8.transpose(0, 3, 1, 2))}
 
+    def file_bytes(self, records: Sequence[dict]) -> list[bytes]:
+        """One PNG file's bytes per record (exports with rendered files)."""
+        u8, _ = self.render_uint8(records)
+        return [png_bytes(im) for im in u8]
+
 
 def render_images(
     records: Sequence[dict], *, width: int = 240, height: int = 160, device: str = "cpu"
@@ -488,14 +494,25 @@ def render_images(
     return ImageRenderer(width=width, height=height, device=device).render_uint8(records)
 
 
-def save_png(image: np.ndarray | torch.Tensor, path: str | Path) -> Path:
-    """Write one image, uint8 (H, W, 3) or float (3, H, W) in [0, 1], as a PNG."""
+def _pil(image: np.ndarray | torch.Tensor):
     from PIL import Image
 
     if isinstance(image, torch.Tensor):
         image = (image.detach().cpu().clamp(0, 1) * 255 + 0.5).to(torch.uint8)
         image = image.permute(1, 2, 0).numpy()
+    return Image.fromarray(np.ascontiguousarray(image))
+
+
+def save_png(image: np.ndarray | torch.Tensor, path: str | Path) -> Path:
+    """Write one image, uint8 (H, W, 3) or float (3, H, W) in [0, 1], as a PNG."""
     path = Path(path)
     with atomic_path(path) as tmp:
-        Image.fromarray(np.ascontiguousarray(image)).save(tmp, format="PNG")
+        _pil(image).save(tmp, format="PNG")
     return path
+
+
+def png_bytes(image: np.ndarray | torch.Tensor) -> bytes:
+    """One image, uint8 (H, W, 3) or float (3, H, W) in [0, 1], as the bytes of a PNG file."""
+    buf = io.BytesIO()
+    _pil(image).save(buf, format="PNG")
+    return buf.getvalue()

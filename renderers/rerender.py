@@ -15,9 +15,42 @@ from curi.atomic import atomic_path, write_text
 from curi.export import EpisodeFileError, count_episodes, read_episode_file
 from curi.renderers.base import Renderer
 
-__all__ = ["render_episode_file"]
+__all__ = ["MediaFiles", "media", "render_episode_file"]
 
 log = logging.getLogger(__name__)
+
+
+_FEATURES = {".png": "Image", ".wav": "Audio"}  # Hugging Face feature of each file type
+
+
+class MediaFiles:
+    """Rendered files of scene records for exports (`curi.export.Media`): PNG (image) or WAV
+    (sound) bytes per record, from a renderer with per-scene files."""
+
+    def __init__(self, renderer: Renderer) -> None:
+        if renderer.file_suffix not in _FEATURES or not hasattr(renderer, "file_bytes"):
+            raise ValueError(
+                f"the {renderer.name} renderer writes no per-scene files; use image or sound"
+            )
+        self.renderer = renderer
+        self.suffix = renderer.file_suffix
+        self.feature = _FEATURES[self.suffix]
+
+    def __call__(self, records) -> list[bytes]:
+        return self.renderer.file_bytes(records)
+
+
+def media(modality: str | Renderer, **options) -> MediaFiles:
+    """The rendered files of `modality` (``image`` or ``sound``, with the renderer's options,
+    or a renderer) for `curi.export.export_episodes` (``media=``).
+
+    Raises:
+        ValueError: an unknown modality, a bad option, or one without files (schema).
+    """
+    from curi.renderers import get_renderer
+
+    renderer = modality if isinstance(modality, Renderer) else get_renderer(modality, **options)
+    return MediaFiles(renderer)
 
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
 import wave
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ __all__ = [
     "synthesize",
     "spectrogram",
     "save_wav",
+    "wav_bytes",
 ]
 
 # y bin 1 (top of the image) is the highest note: C major, C5 down to C4.
@@ -237,15 +239,23 @@ def spectrogram(waves: np.ndarray, config: SoundConfig | None = None) -> np.ndar
     return np.clip(1.0 + db / cfg.top_db, 0.0, 1.0).astype(np.float32)
 
 
-def save_wav(waveform: np.ndarray, path: str | Path, sample_rate: int) -> Path:
-    """Write one waveform (T,) in [-1, 1] as 16-bit mono WAV."""
-    path = Path(path)
+def wav_bytes(waveform: np.ndarray, sample_rate: int) -> bytes:
+    """One waveform (T,) in [-1, 1] as the bytes of a 16-bit mono WAV file."""
     pcm = (np.clip(waveform, -1, 1) * 32767).astype("<i2")
-    with atomic_path(path) as tmp, wave.open(str(tmp), "wb") as w:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(int(sample_rate))
         w.writeframes(pcm.tobytes())
+    return buf.getvalue()
+
+
+def save_wav(waveform: np.ndarray, path: str | Path, sample_rate: int) -> Path:
+    """Write one waveform (T,) in [-1, 1] as 16-bit mono WAV."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(wav_bytes(waveform, sample_rate))
     return path
 
 
@@ -299,6 +309,10 @@ class SoundRenderer(Renderer):
             for w, name in zip(waves, names, strict=True):
                 save_wav(w, folder / f"{name}{self.file_suffix}", self.config.sample_rate)
         return {"data": spectrogram(waves, self.config).astype(np.float16)}
+
+    def file_bytes(self, records: Sequence[dict]) -> list[bytes]:
+        """One WAV file's bytes per record (exports with rendered files)."""
+        return [wav_bytes(w, self.config.sample_rate) for w in self.waveforms(records)]
 
 
 # The renderer's options are `SoundConfig`'s fields (plus `device`): its signature says so, so

@@ -21,7 +21,7 @@ def hard(tiny_bank):
 
 
 def _check_set(ep_ids, labels, truth_h):
-    assert len(ep_ids) == 25 and labels.tolist() == [1] * 5 + [0] * 20
+    assert len(ep_ids) == 25 and sorted(labels.tolist()) == [0] * 20 + [1] * 5
     assert len(set(ep_ids.tolist())) == 25
     np.testing.assert_array_equal(truth_h[ep_ids], labels.astype(bool))
 
@@ -35,12 +35,16 @@ def test_invariants_and_hard_negative_pools(tiny_bank, dense, hard):
         _check_set(e.support_ids, e.support_labels, dense[h])
         _check_set(e.query_ids, e.query_labels, dense[h])
         assert not set(e.support_ids) & set(e.query_ids)
-        for ids, alts in ((e.support_ids, e.support_alternates), (e.query_ids, e.query_alternates)):
+        sets = (
+            (e.support_ids, e.support_labels, e.support_alternates),
+            (e.query_ids, e.query_labels, e.query_alternates),
+        )
+        for ids, labels, alts in sets:
             # alternates: every concept but h true on all five positives
-            brute = np.flatnonzero(dense[:, ids[:5]].all(1))
+            brute = np.flatnonzero(dense[:, ids[labels == 1]].all(1))
             assert sorted(alts.tolist()) == sorted(set(brute.tolist()) - {h})
             pool = dense[alts].any(0) & ~dense[h] if len(alts) else np.zeros(dense.shape[1], bool)
-            negs = ids[5:]
+            negs = ids[labels == 0]
             if pool.sum() >= 40:  # room for both sets: every negative comes from the pool
                 full += 1
                 assert pool[negs].all()
@@ -52,10 +56,13 @@ def test_easy_negatives_never_satisfy_h_and_share_positives(tiny_bank, dense, ha
     easy = EpisodeSampler(tiny_bank, "concept_iid", "train", "easy", seed=3)
     for i in range(50):
         e, eh = easy[i], hard[i]
-        assert not dense[e.concept][e.support_ids[5:]].any()
-        assert not dense[e.concept][e.query_ids[5:]].any()
+        assert not dense[e.concept][e.support_ids[e.support_labels == 0]].any()
+        assert not dense[e.concept][e.query_ids[e.query_labels == 0]].any()
         assert e.concept == eh.concept
-        np.testing.assert_array_equal(e.support_ids[:5], eh.support_ids[:5])
+        np.testing.assert_array_equal(
+            np.sort(e.support_ids[e.support_labels == 1]),
+            np.sort(eh.support_ids[eh.support_labels == 1]),
+        )
         assert len(e.support_alternates) == 0
 
 
@@ -65,7 +72,7 @@ def test_random_query_negatives(tiny_bank, dense):
     for i in range(20):
         e = s[i]
         assert len(e.query_alternates) == 0
-        assert not dense[e.concept][e.query_ids[5:]].any()
+        assert not dense[e.concept][e.query_ids[e.query_labels == 0]].any()
         with_alternates += len(e.support_alternates) > 0
     assert with_alternates > 5
 

@@ -36,7 +36,7 @@ def test_tar_shards_follow_webdataset_layout(tiny_bank, split, tmp_path):
     with tarfile.open(tmp_path / "eps-00001.tar") as tar:
         assert tar.getnames() == ["00000002.json", "00000003.json"]
     one = list(read_episode_file(tmp_path / "eps-00002.tar"))
-    assert len(one) == 1 and one[0]["support_labels"][:5] == [1] * 5
+    assert len(one) == 1 and sum(one[0]["support_labels"]) == 5
 
 
 def test_bad_files(tmp_path):

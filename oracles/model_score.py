@@ -1,0 +1,218 @@
+"""Scoring any model with the benchmark's metrics (CURI paper, section 3): per-scene scores of
+a model, given by a callable or read from a scores file, become mAP on the shared evaluation
+set and class-balanced accuracy on the query set, per split and per concept, beside the strong,
+weak and random oracles of the same episodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from curi.bits import unpack_rows
+from curi.episodes import EpisodeSampler
+from curi.errors import ConfigError
+from curi.oracles.gap import EvalSet, score_split
+from curi.oracles.metrics import (
+    average_precision_batch,
+    class_balanced_accuracy_batch,
+    pooled_class_balanced_accuracy,
+)
+from curi.splits import Split, make_split
+
+__all__ = ["Predict", "model_predictions", "score_model", "score_predictions", "score_file"]
+
+Predict = Callable[[Any, np.ndarray, Any], Any]
+"""``predict(support, support_labels, targets) -> (T,) scores``: the support inputs of one
+episode (as `render` returns them for its records), their (S,) 0/1 labels, and T target inputs;
+higher scores mean "more likely positive"."""
+
+
+def _sampler(bank, split, subset, negatives, seed, episodes) -> EpisodeSampler:
+    return EpisodeSampler(bank, split, subset, negatives, seed=seed, size=episodes)
+
+
+def _as_scores(x, n: int, what: str) -> np.ndarray:
+    a = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, np.float64).reshape(-1)
+    if a.shape != (n,):
+        raise ConfigError(f"predict returned {a.shape[0]} scores for {n} {what} scenes")
+    return a
+
+
+def model_predictions(
+    predict: Predict,
+    bank,
+    split: Split | str | Mapping,
+    *,
+    subset: str = "test",
+    negatives: str = "hard",
+    episodes: int = 100,
+    seed: int = 0,
+    render: Callable[[list[dict]], Any] | None = None,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """Run `predict` on `episodes` episodes of (split, subset, negatives, seed).
+
+    `render` turns scene records into model inputs (e.g. ``lambda r: renderer(r).data`` with
+    a `curi.renderers` renderer); default: the records themselves. The evaluation set is
+    rendered once; per episode, `predict` is called twice, with the query set and with the
+    evaluation set as targets.
+
+    Returns:
+        ``query_scores`` (E, Q) and ``eval_scores`` (E, M) float64, and ``index`` (E,): the
+        arrays `score_predictions` and `score_file` read.
+
+    Raises:
+        ConfigError: a bad split or option, or `predict` returning the wrong number of scores.
+    """
+    from tqdm import tqdm
+
+    render = render or (lambda records: records)
+    sampler = _sampler(bank, split, subset, negatives, seed, episodes)
+    ev = EvalSet.from_bank(bank)
+    eval_inputs = render(bank.scene_records(ev.ids))
+    q_scores = np.zeros((episodes, sampler.num_positives + sampler.num_negatives))
+    e_scores = np.zeros((episodes, len(ev)))
+    for i in tqdm(range(episodes), desc="score", disable=not progress):
+        e = sampler[i]
+        support, labels = render(e.support_records()), e.support_labels.copy()
+        q_scores[i] = _as_scores(predict(support, labels, render(e.query_records())),
+                                 q_scores.shape[1], "query")  # fmt: skip
+        e_scores[i] = _as_scores(predict(support, labels, eval_inputs), len(ev), "evaluation")
+    return {"query_scores": q_scores, "eval_scores": e_scores, "index": np.arange(episodes)}
+
+
+def score_predictions(
+    bank,
+    split: Split | str | Mapping,
+    *,
+    query_scores: np.ndarray,
+    eval_scores: np.ndarray,
+    subset: str = "test",
+    negatives: str = "hard",
+    seed: int = 0,
+    threshold: float = 0.5,
+    oracles: bool = True,
+    prior: str = "log_linear",
+    likelihood: str = "size_principle",
+) -> dict[str, list[dict]]:
+    """The benchmark's metrics of a model's scores on episodes 0..E-1 of
+    (split, subset, negatives, seed).
+
+    Args:
+        bank: a `ConceptBank`.
+        split: a `Split`, a split name or a split config.
+        query_scores: (E, Q) scores of each episode's query set, in the episode's order.
+        eval_scores: (E, M) scores of the evaluation set (``bank.eval_ids`` order).
+        subset, negatives, seed: which episodes were scored (`curi.EpisodeSampler`).
+        threshold: a query scene is predicted positive iff its score > threshold (0.5 for
+            probabilities, 0 for log-odds).
+        oracles: add the strong / weak / random oracles of the same episodes (test subset).
+        prior, likelihood: the oracles' (see `curi.oracles.Oracle`).
+
+    Returns:
+        ``{"split": [one row], "concepts": [one row per concept]}``. The split row holds
+        ``map`` (mean step-wise AP on the evaluation set), ``cba`` (mean class-balanced
+        accuracy on the query set), ``cba_pooled``, and with `oracles` the gap report's
+        ``map_strong``, ``map_weak``, ``map_random``, ``cba_strong``, ... Each concept row
+        holds its episodes' mean ``map`` and ``cba``.
+
+    Raises:
+        ConfigError: scores of the wrong shape, or a bad split or option.
+    """
+    q, m = np.asarray(query_scores, np.float64), np.asarray(eval_scores, np.float64)
+    if q.ndim != 2 or m.ndim != 2 or len(q) != len(m) or len(q) == 0:
+        raise ConfigError(
+            f"expected query scores (E, Q) and eval scores (E, M) for the same E >= 1 episodes, "
+            f"got {q.shape} and {m.shape}"
+        )
+    sp = split if isinstance(split, Split) else make_split(bank, split)
+    sampler = _sampler(bank, sp, subset, negatives, seed, len(q))
+    ev = EvalSet.from_bank(bank)
+    if m.shape[1] != len(ev) or q.shape[1] != sampler.num_positives + sampler.num_negatives:
+        raise ConfigError(
+            f"scores of shape {q.shape} (query) and {m.shape} (eval) do not fit these episodes: "
+            f"{sampler.num_positives + sampler.num_negatives} query and {len(ev)} eval scenes"
+        )
+    eps = [sampler[i] for i in range(len(q))]
+    concepts = np.array([e.concept for e in eps], np.int64)
+    q_labels = np.stack([e.query_labels for e in eps])
+    ap = average_precision_batch(m, unpack_rows(ev.rows[concepts], len(ev)))  # (E,)
+    cba = class_balanced_accuracy_batch(q, q_labels, threshold=threshold)
+    row = {
+        "split": sp.name, "subset": subset, "negatives": negatives, "episodes": len(q),
+        "map": float(np.nanmean(ap)), "cba": float(np.nanmean(cba)),
+        "cba_pooled": pooled_class_balanced_accuracy(q, q_labels, threshold=threshold),
+    }  # fmt: skip
+    if oracles and subset == "test":
+        orc = score_split(bank, sp, negatives, ev, episodes=len(q), prior=prior,
+                          likelihood=likelihood, seed=seed)  # fmt: skip
+        row.update({k: v for k, v in orc.items() if k.startswith(("map_", "cba_"))})
+    per = []
+    for h in np.unique(concepts):
+        sel = concepts == h
+        per.append({
+            "split": sp.name, "concept": int(h), "concept_text": bank.concepts[h],
+            "episodes": int(sel.sum()), "map": float(np.nanmean(ap[sel])),
+            "cba": float(np.nanmean(cba[sel])),
+        })  # fmt: skip
+    return {"split": [row], "concepts": per}
+
+
+def score_model(
+    predict: Predict,
+    bank,
+    splits: Sequence[Split | str | Mapping] | Split | str,
+    *,
+    subset: str = "test",
+    negatives: str = "hard",
+    episodes: int = 100,
+    seed: int = 0,
+    render: Callable[[list[dict]], Any] | None = None,
+    threshold: float = 0.5,
+    oracles: bool = True,
+    progress: bool = False,
+) -> dict[str, list[dict]]:
+    """Score a model given as a `Predict` callable on one or more splits: `model_predictions`
+    then `score_predictions` per split; the rows of all splits together.
+
+    Returns:
+        ``{"splits": [one row per split], "concepts": [one row per (split, concept)]}``.
+    """
+    if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
+        splits = [splits]
+    out: dict[str, list[dict]] = {"splits": [], "concepts": []}
+    for s in splits:
+        sp = s if isinstance(s, Split) else make_split(bank, s)
+        kw = {"subset": subset, "negatives": negatives, "seed": seed}
+        pred = model_predictions(predict, bank, sp, episodes=episodes, render=render,
+                                 progress=progress, **kw)  # fmt: skip
+        got = score_predictions(bank, sp, query_scores=pred["query_scores"],
+                                eval_scores=pred["eval_scores"], threshold=threshold,
+                                oracles=oracles, **kw)  # fmt: skip
+        out["splits"] += got["split"]
+        out["concepts"] += got["concepts"]
+    return out
+
+
+def score_file(path: str | Path, bank, split: Split | str | Mapping, **options) -> dict:
+    """`score_predictions` of a scores file: an ``.npz`` with ``query_scores`` (E, Q) and
+    ``eval_scores`` (E, M) (as `model_predictions` returns; ``np.savez(path, **pred)``).
+    `options` are those of `score_predictions` (subset, negatives, seed, threshold, ...).
+
+    Raises:
+        ConfigError: the file is missing or lacks an array.
+    """
+    path = Path(path)
+    try:
+        with np.load(path) as f:
+            arrays = {k: f[k] for k in ("query_scores", "eval_scores")}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read the scores file {path}: {e}") from None
+    except KeyError as e:
+        raise ConfigError(
+            f"the scores file {path} lacks {e}; it needs query_scores (E, Q) and eval_scores (E, M)"
+        ) from None
+    return score_predictions(bank, split, **arrays, **options)
