@@ -3,6 +3,7 @@ and `curi episodes render` (re-render an exported episode file in another modali
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -104,7 +105,8 @@ def _show_episode(bank, cfg: DictConfig) -> None:
 
 
 def render_episodes(cfg: DictConfig) -> None:
-    """Re-render an exported episode file in one modality (image, sound or schema)."""
+    """Re-render an exported episode file in one modality (image, sound or schema), or as
+    text (``text=true``)."""
     for key, what in (("in", "the exported episode file"), ("out", "the output directory")):
         if OmegaConf.is_missing(cfg, key):
             raise ConfigError(
@@ -113,6 +115,14 @@ def render_episodes(cfg: DictConfig) -> None:
             )
     if cfg.limit is not None:
         validate.integer(cfg.limit, "limit", low=1, high=validate.MAX_EPISODES)
+    if cfg.text:  # the text modality: rows for a sequence-to-sequence trainer, no arrays
+        from curi.renderers.text_export import render_episodes_as_text
+
+        paths = render_episodes_as_text(
+            cfg["in"], Path(cfg.out), limit=cfg.limit, progress=cfg.progress
+        )
+        print(json.dumps({k: str(v) for k, v in paths.items()}, indent=1))
+        return
     _threads(cfg)
     opts = OmegaConf.to_container(cfg.modality, resolve=True)
     index = render_episode_file(

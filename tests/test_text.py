@@ -138,3 +138,16 @@ def test_exported_episodes_re_render_as_text(tiny_bank, tmp_path):
     assert rows[0]["target"] == str(eps[0]["query_labels"][0])
     assert rows[0]["scene"] == eps[0]["query_ids"][0]
     assert pq.read_table(paths["text_parquet"]).num_rows == len(rows)
+
+
+def test_curi_episodes_render_text(tiny_bank, tmp_path):
+    """`curi episodes render ... text=true`: any exported episode set re-rendered as text rows."""
+    split = make_split(tiny_bank, "binding_color")
+    out = export_episodes(tiny_bank, split, "test", tmp_path / "eps.jsonl", n=2, progress=False)
+    r = run_curi("episodes", "render", f"in={out['episodes']}", f"out={tmp_path / 'txt'}",
+                 "text=true", "progress=false", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(s) for s in (tmp_path / "txt" / "text.jsonl").read_text().splitlines()]
+    assert len(rows) == 50 and {row["target"] for row in rows} == {"0", "1"}
+    assert all(row["input"].startswith("context:\nexample: ") for row in rows)
+    assert not (tmp_path / "outputs").exists()
