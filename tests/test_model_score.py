@@ -1,0 +1,61 @@
+"""Scoring any model with the benchmark's metrics (`curi.oracles.model_score`): a model that is
+the strong (or weak) oracle scores exactly as that oracle, a random model near chance, and the
+shuffled order of support and query sets changes no oracle's answer."""
+
+import numpy as np
+import pytest
+
+from curi import EpisodeSampler, make_split
+from curi.oracles.model_score import score_model
+from curi.posterior import Posterior
+
+
+def _as_model(posterior):
+    """A `Predict` callable backed by an oracle (records carry their scene ids)."""
+
+    def predict(support, labels, targets):
+        ids = np.array([r["id"] for r in support])
+        return posterior.predict(ids, np.asarray(labels), np.array([r["id"] for r in targets]))
+
+    return predict
+
+
+def test_an_oracle_as_the_model_scores_as_that_oracle(tiny_bank):
+    split = make_split(tiny_bank, "binding_color")
+    strong = score_model(_as_model(Posterior(tiny_bank)), tiny_bank, split, episodes=20)
+    row = strong["splits"][0]
+    assert row["map"] == pytest.approx(row["map_strong"]) and row["cba"] == pytest.approx(
+        row["cba_strong"]
+    )
+    weak = score_model(_as_model(Posterior(tiny_bank, split.train)), tiny_bank, split, episodes=20)
+    row = weak["splits"][0]
+    assert row["map"] == pytest.approx(row["map_weak"], abs=1e-9)
+    assert row["map"] < 0.5 < strong["splits"][0]["map"]  # binding: the weak oracle fails
+    assert {c["split"] for c in strong["concepts"]} == {"binding_color"}
+
+
+def test_a_random_model_scores_near_chance(tiny_bank):
+    rng = np.random.default_rng(0)
+    out = score_model(lambda s, y, t: rng.random(len(t)), tiny_bank, "concept_iid", episodes=20)
+    row = out["splits"][0]
+    assert abs(row["map"] - row["map_random"]) < 0.05 and abs(row["cba"] - 0.5) < 0.1
+
+
+def test_shuffled_sets_change_no_oracle_answer(tiny_bank):
+    """Support and query sets come in a seeded random order; the oracles are order-invariant, so
+    their answers are the same as on the positives-first order, permuted alongside."""
+    kw = {"negatives": "hard", "seed": 2, "size": 40}
+    shuffled = EpisodeSampler(tiny_bank, "concept_iid", "test", shuffle=True, **kw)
+    ordered = EpisodeSampler(tiny_bank, "concept_iid", "test", shuffle=False, **kw)
+    oracle = Posterior(tiny_bank)
+    moved = 0
+    for i in range(40):
+        a, b = shuffled[i], ordered[i]
+        assert a.concept == b.concept
+        moved += not np.array_equal(a.query_labels, b.query_labels)
+        pa = oracle.predict(a.support_ids, a.support_labels, a.query_ids)
+        pb = oracle.predict(b.support_ids, b.support_labels, b.query_ids)
+        order_a, order_b = np.argsort(a.query_ids), np.argsort(b.query_ids)
+        np.testing.assert_array_equal(a.query_ids[order_a], b.query_ids[order_b])
+        np.testing.assert_allclose(pa[order_a], pb[order_b])
+    assert moved > 30  # the shuffle really moves the labels
