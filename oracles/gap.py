@@ -240,7 +240,8 @@ def score_split(
             t = lap("map", t)
         rng = derive_rng(seed, f"random-oracle:{split.name}:{negatives}", i)
         out["ap_r"][i] = _random_ap(rng, n_pos, m)
-        q_scores[2, i] = rng.random(len(e.query_ids))
+        order = np.argsort(-e.query_labels, kind="stable")  # positives first: as unshuffled
+        q_scores[2, i, order] = rng.random(len(e.query_ids))
         lap("random", t)
     # class-balanced accuracy of the query predictions at 0.5, per episode and pooled
     cba = [class_balanced_accuracy_batch(q, q_labels) for q in q_scores]
