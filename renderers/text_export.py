@@ -35,7 +35,7 @@ def _arrow_schema():
 
 def write_rows(rows: Iterable[dict], jsonl: Path | None, parquet: Path | None) -> int:
     """Write text rows as JSON lines and / or parquet (columns `ROW_SCHEMA`); returns the
-    number of rows. Parquet is written in row groups of 50,000 rows."""
+    number of rows. Parquet is written in row groups of 10,000 rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -51,7 +51,7 @@ def write_rows(rows: Iterable[dict], jsonl: Path | None, parquet: Path | None) -
                     jf.write(json.dumps(row) + "\n")
                 if pw:
                     batch.append(row)
-                    if len(batch) == 50_000:
+                    if len(batch) == 10_000:
                         pw.write_table(pa.Table.from_pylist(batch, schema=schema))
                         batch.clear()
             if pw and (batch or count == 0):
