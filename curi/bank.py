@@ -622,6 +622,12 @@ class ConceptBank:
         """Concept i, parsed."""
         return parse(self.concepts[i])
 
+    def bit_scenes(self) -> BitScenes:
+        """The scene pool as bit planes, read as this bank's concepts were executed (its
+        ``location_bins``), so a concept outside the bank executes as the bank's would."""
+        bins = self.config.get("location_bins", _LATER_OPTIONS["location_bins"])
+        return BitScenes.from_scenes(self.scenes, location_bins=bins)
+
     def scene_records(self, ids) -> list[dict]:
         """JSON-ready records of scenes `ids` (see `Scenes.records`)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)

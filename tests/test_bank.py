@@ -198,6 +198,10 @@ def test_fidelity_options_are_part_of_the_identity_only_when_set(tiny_bank_dir, 
     other = load_bank(build_bank(legacy, tmp_path, progress=False))
     assert other.config["location_bins"] == "legacy" and other.config["layout"] == "clevr"
     assert other.concepts != spec.concepts
+    from curi.executor import execute
+
+    rows = execute(other.concepts[:200], other.bit_scenes())  # the legacy reading, kept
+    np.testing.assert_array_equal(rows, np.asarray(other.truth_words[:200]))
     scaled = {"num_scenes": 3000, "num_draws": 4000, "workers": 1}
     preset = BankConfig.preset("paper_legacy", name="pl", **scaled)  # the preset, tiny scale
     assert (preset.location_bins, preset.layout) == ("legacy", "clevr")
@@ -206,3 +210,11 @@ def test_fidelity_options_are_part_of_the_identity_only_when_set(tiny_bank_dir, 
         BankConfig.from_mapping({"location_bins": "zero"})
     with pytest.raises(ConfigError, match="layout"):
         BankConfig.from_mapping({"layout": "grid"})
+
+
+def test_bit_scenes_execute_as_the_bank_did(tiny_bank):
+    """`ConceptBank.bit_scenes` reproduces the bank's own truth rows (its location reading)."""
+    from curi.executor import execute
+
+    rows = execute(tiny_bank.concepts[:50], tiny_bank.bit_scenes())
+    np.testing.assert_array_equal(rows, np.asarray(tiny_bank.truth_words[:50]))

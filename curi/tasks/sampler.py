@@ -183,12 +183,9 @@ class RuleTaskSampler:
 
     def _execute(self, concepts) -> np.ndarray:
         """Truth rows of concepts that are not in the bank, on the bank's scene pool."""
-        from curi.executor import BitScenes, execute
+        from curi.executor import execute
 
-        bs = BitScenes.from_scenes(
-            self.bank.scenes, location_bins=self.bank.config.get("location_bins", "spec")
-        )
-        return execute(concepts, bs)
+        return execute(concepts, self.bank.bit_scenes())
 
     def __len__(self) -> int:
         return len(self.episodes)
