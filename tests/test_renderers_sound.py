@@ -1,22 +1,33 @@
 """Sound renderer: every row of the documented mapping (renderers/sound.py) is audible in the
 waveform (onset from x, pitch from y, timbre from colour, envelope from shape, gain from size, low-
-pass for metal); deterministic; spectrogram range; WAV export."""
+pass for metal); deterministic; spectrogram range; WAV export. The torch path (sound_torch.py)
+agrees with the numpy one within the stated tolerance, on the CPU here and on CUDA where present."""
 
+import dataclasses
 import itertools
 import wave
 
 import numpy as np
 import pytest
+import torch
 
+from curi.renderers import get_renderer
+from curi.renderers.base import pack_records
 from curi.renderers.sound import (
     SCALE_MIDI,
     SoundConfig,
     SoundRenderer,
+    _lowpass,
+    note_bank,
     save_wav,
     spectrogram,
     synthesize,
 )
+from curi.renderers.sound_torch import TorchSound
 from curi.scenes import COLORS
+
+INTS = ("shape", "color", "material", "size", "x", "y")
+TOL = 1e-4  # torch vs numpy spectrograms, max abs (values in [0, 1]); see SoundRenderer
 
 CFG = SoundConfig()
 SR = CFG.sample_rate
@@ -172,3 +183,126 @@ def test_wav_roundtrip(tmp_path):
         assert f.getframerate() == SR and f.getnframes() == len(w) and f.getsampwidth() == 2
         pcm = np.frombuffer(f.readframes(len(w)), "<i2")
     np.testing.assert_allclose(pcm / 32767, w, atol=1e-4)
+
+
+# --- the torch path -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bank_records(tiny_bank):
+    ids = np.random.default_rng(17).choice(tiny_bank.num_scenes, 300, replace=False)
+    return tiny_bank.scene_records(ids)
+
+
+@pytest.fixture(scope="module")
+def cpu_specs(bank_records):
+    return SoundRenderer().render(bank_records).data
+
+
+def test_torch_path_matches_the_numpy_path(bank_records, cpu_specs):
+    """300 random bank scenes: measured max 1.7e-5 here (2.0e-5 over 2,300 sampled scenes),
+    so TOL leaves room for other FFT libraries while a changed window, reference or dB floor
+    fails (test below; a changed hop changes the shape)."""
+    r = SoundRenderer(backend="torch")
+    assert r.backend == "torch" and SoundRenderer().backend == "numpy"
+    out = r.render(bank_records).data
+    assert out.shape == cpu_specs.shape and out.dtype == torch.float32
+    diff = (out - cpu_specs).abs()
+    assert diff.max() <= TOL and diff.mean() <= 1e-6
+    assert 0 <= out.min() and out.max() <= 1
+    waves = np.abs(r.waveforms(bank_records[:50]) - synthesize(bank_records[:50]))
+    assert waves.max() <= 1e-6
+
+
+def _torch_sound(**changes) -> TorchSound:
+    cfg = SoundConfig(**changes)
+    return TorchSound(cfg, note_bank(cfg), _lowpass(cfg.sample_rate, cfg.cutoff_hz))
+
+
+@pytest.mark.parametrize("change", ["window", "top_db", "reference", "no_lowpass"])
+def test_tolerance_catches_a_changed_stft_or_scale(bank_records, cpu_specs, change):
+    """The tolerance is tight: each of these small departures from the CPU path exceeds it."""
+    ts = _torch_sound(top_db=79.0) if change == "top_db" else _torch_sound()
+    if change == "window":
+        ts._window = torch.hamming_window(CFG.n_fft, periodic=True)
+    elif change == "reference":
+        ts._offset += 0.05 / CFG.top_db  # reference 0.05 dB (0.6%) off
+    elif change == "no_lowpass":
+        ts._ramps[8:] = ts._ramps[:8]
+    out = ts.render(pack_records(bank_records[:100]))
+    assert (out - cpu_specs[:100]).abs().max() > 4 * TOL
+
+
+def test_torch_path_edge_scenes_match():
+    """Five notes at one onset (overlap and clipping), all metal or all rubber, the last onset,
+    and a configuration with another rate, clip length and FFT size."""
+    same = [obj(x=3, y=y, material="metal", shape="cube") for y in (1, 2, 4, 6, 8)]
+    last = [obj(x=8, y=y, color=c) for y, c in zip((1, 3, 5, 7, 8), COLORS, strict=False)]
+    recs = [{"objects": same}, {"objects": last}, {"objects": [obj(size="small")]}]
+    w = synthesize(recs)
+    assert np.abs(w[0]).max() == 1.0  # clipped
+    np.testing.assert_allclose(SoundRenderer(backend="torch").waveforms(recs), w, atol=1e-6)
+    opts = dict(sample_rate=8000, duration=1.0, note_duration=0.4, n_fft=256, hop_length=128)
+    a = SoundRenderer(**opts).render(recs).data
+    b = SoundRenderer(backend="torch", **opts).render(recs).data
+    assert a.shape == b.shape and (a - b).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_render_packed_equals_render(bank_records, backend):
+    r = SoundRenderer(backend=backend)
+    recs = bank_records[:70]  # more than one chunk of either path
+    out = r.render(recs).data
+    assert torch.equal(r.render_packed(pack_records(recs)).data, out)
+    assert torch.equal(r.render(recs).data, out)  # deterministic
+    torch.testing.assert_close(r.render(recs[40:41]).data[0], out[40], atol=1e-5, rtol=0)
+    assert r.render_packed(pack_records([])).data.shape == (0, *r.item_shape)
+    narrow = pack_records(recs[:8])  # a packer may store the small indices as int8
+    narrow = dataclasses.replace(narrow, **{f: getattr(narrow, f).astype(np.int8) for f in INTS})
+    assert torch.equal(r.render_packed(narrow).data, out[:8])
+    w = torch.ones((), requires_grad=True)
+    (out * w).sum().backward()  # usable as training input (no inference-mode tensor)
+
+
+def test_torch_path_checks_records_and_exports(bank_records, tmp_path):
+    r = get_renderer("sound", backend="torch")
+    with pytest.raises(ValueError, match="location bins"):
+        r.render([{"objects": [obj(x=0)]}])
+    arrays = r.export(bank_records[:3], tmp_path, ["a", "b", "c"])
+    assert arrays["data"].dtype == np.float16
+    np.testing.assert_allclose(arrays["data"], r.render(bank_records[:3]).data, atol=1e-3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.wav", "b.wav", "c.wav"]
+
+
+def test_backend_and_device_errors():
+    with pytest.raises(ValueError, match="backend must be one of"):
+        SoundRenderer(backend="jax")
+    with pytest.raises(ValueError, match="bad option"):
+        get_renderer("sound", backends="torch")
+    with pytest.raises(ValueError, match="unknown device"):
+        SoundRenderer(device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            SoundRenderer(device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_the_cpu_paths(bank_records):
+    """CUDA against the torch path on the CPU, and against the numpy path where librosa is
+    installed (a GPU machine may lack it)."""
+    r = SoundRenderer(device="cuda")
+    assert r.backend == "torch"
+    out = r.render(bank_records).data
+    assert out.device.type == "cuda"
+    assert torch.equal(r.render(bank_records).data, out)
+    assert torch.equal(r.render_packed(pack_records(bank_records)).data, out)
+    out = out.cpu()
+    assert (out - SoundRenderer(backend="torch").render(bank_records).data).abs().max() <= TOL
+    try:
+        import librosa  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        assert (out - SoundRenderer().render(bank_records).data).abs().max() <= TOL
+    with pytest.raises(ValueError, match="backend=numpy"):
+        SoundRenderer(device="cuda", backend="numpy")
