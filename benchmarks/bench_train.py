@@ -2,6 +2,11 @@
 for each pooler, on the tiny bank, through the real command line.
 
     python benchmarks/bench_train.py [--modality schema] [--device auto] [--steps 30]
+        [--render-device cuda] [--poolers relation_net] [-o train.channels_last=true ...]
+
+On a GPU, ``--render-device cuda`` renders each batch on the GPU beside the step (the workers
+only sample episodes); ``-o`` adds any `curi train` override (``train.render_cache=DIR``,
+``train.compile=true``, ...).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ def run(pooling: str, args, tmp: Path) -> dict:
         f"train.checkpoint_every={10 * args.steps}", f"train.num_workers={args.workers}",
         "progress=false",
     ]  # fmt: skip
+    if args.render_device:
+        cmd.append(f"modality.device={args.render_device}")
+    cmd += args.override
     subprocess.run(cmd, check=True, capture_output=True, cwd=tmp)
     return json.loads((out / "summary.json").read_text())
 
@@ -39,17 +47,22 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--render-device", default=None, help="modality.device (cpu or cuda)")
+    ap.add_argument("--poolers", nargs="+", default=list(POOLERS))
+    ap.add_argument("-o", "--override", action="append", default=[], help="curi train override")
     args = ap.parse_args()
     rows = ["| pooling | episodes / s | parameters |", "|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
-        for pooling in POOLERS:
+        for pooling in args.poolers:
             s = run(pooling, args, Path(tmp))
             rows.append(f"| {pooling} | {s['episodes_per_s']:.1f} | {s['parameters']['total']:,} |")
             device = s["device"]
     body = (
         f"Machine: {machine()}; device {device}.\n\n`curi train` throughput, {args.modality} "
         f"modality, {args.batch} episodes a step, {args.steps} steps (the first steps and "
-        f"episode rendering included, {args.workers} data workers):\n\n" + "\n".join(rows)
+        f"episode rendering included, {args.workers} data workers, render device "
+        f"{args.render_device or 'cpu'}{', ' + ' '.join(args.override) if args.override else ''})"
+        ":\n\n" + "\n".join(rows)
     )
     write_section(f"train-{args.modality}-{device}", body)
 

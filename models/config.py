@@ -41,7 +41,8 @@ _TRAIN_INTS = {
 # Settings that may change when a run is resumed (they do not change what a step computes).
 _RESUMABLE = {
     "steps", "eval_every", "checkpoint_every", "log_every", "num_workers", "val_episodes",
-    "eval_chunk", "eval_batch_size",
+    "eval_chunk", "eval_batch_size", "render_cache_rebuild", "channels_last", "fused_adam",
+    "compile",
 }  # fmt: skip
 
 
@@ -65,7 +66,17 @@ class TrainSettings:
             per-epoch orders.
         eval_batch_size: episodes per evaluation batch (None: `batch_size`).
         eval_chunk: evaluation-set scenes rendered and embedded at once.
-        num_workers: DataLoader worker processes that render episodes.
+        num_workers: DataLoader worker processes that sample (and, with a CPU renderer,
+            render) the training episodes.
+        render_cache: a folder of render caches (`curi.models.cache`): training reads its
+            scenes from a uint8 cache of the bank rendered once (image and sound), built there
+            when missing. None: render every batch.
+        render_cache_rebuild: rebuild a cache that was made for another bank or other
+            renderer settings (else such a cache is an error).
+        channels_last: keep image encoders' weights in channels-last memory order (faster
+            convolutions on tensor cores; image modality only).
+        fused_adam: the fused CUDA kernel of Adam (CUDA only; ignored on the CPU).
+        compile: `torch.compile` the model (slow first steps, then faster; off by default).
     """
 
     steps: int = 1000
@@ -89,6 +100,11 @@ class TrainSettings:
     eval_batch_size: int | None = None
     eval_chunk: int = 512
     num_workers: int = 2
+    render_cache: str | None = None
+    render_cache_rebuild: bool = False
+    channels_last: bool = False
+    fused_adam: bool = True
+    compile: bool = False
 
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> TrainSettings:
@@ -124,8 +140,13 @@ class TrainSettings:
         validate.number(self.alpha, "train.alpha", low=0, high=1e6)
         if self.grad_clip is not None:
             validate.number(self.grad_clip, "train.grad_clip", low=0, open_low=True)
-        if not isinstance(self.amp, bool):
-            raise ConfigError(f"train.amp must be true or false, got {self.amp!r}")
+        for key in ("amp", "render_cache_rebuild", "channels_last", "fused_adam", "compile"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"train.{key} must be true or false, got {getattr(self, key)!r}")
+        if self.render_cache is not None and not isinstance(self.render_cache, str | Path):
+            raise ConfigError(
+                f"train.render_cache must be a folder or null, got {self.render_cache!r}"
+            )
         validate.choice(self.amp_dtype, "train.amp_dtype", sorted(_AMP_DTYPES))
 
     def batch_for(self, modality: str) -> int:

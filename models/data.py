@@ -1,6 +1,8 @@
 """Episodes as tensors (paper Appendix E): a torch Dataset that renders `curi.EpisodeSampler`
-episodes in the chosen modality on the fly (in DataLoader workers), its collate function, the
-step-seeded stream of training episode indices, and the chunked mAP evaluation set.
+episodes in the chosen modality on the fly (in DataLoader workers; a batch at once, without
+per-scene records: `curi.models.pipeline`), its collate function, the whole-batch datasets of
+the training stream, the step-seeded stream of training episode indices, and the chunked mAP
+evaluation set.
 
 `episode_dataset` is the public entry point for training one's own model; score it with
 `curi.oracles.model_score.score_model`."""
@@ -20,10 +22,13 @@ from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
 from curi.models.decoder import ConceptTokenizer
 from curi.models.encoders import ENCODERS
+from curi.models.pipeline import LiveScenes, compact_batch, render_batch
 from curi.renderers import Renderer, get_renderer
+from curi.renderers.base import pack_scenes
 from curi.rng import derive_rng
 
 __all__ = [
+    "EpisodeBatches",
     "EpisodeDataset",
     "EvalSceneDataset",
     "StepBatchSampler",
@@ -94,7 +99,7 @@ class EpisodeDataset(Dataset):
     lazily in each process; tensors are on its device (the CPU, unless the modality renders on
     CUDA: then use ``num_workers=0``, see `renders_on_cuda`). A batch of indices
     (``__getitems__``, which the DataLoader calls with a batch sampler) renders all its scenes
-    in one renderer call.
+    in one renderer call, gathered from the bank's columnar scenes (`pack_scenes`).
 
     Args:
         sampler: the episodes.
@@ -137,33 +142,49 @@ class EpisodeDataset(Dataset):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Tensor]]:
-        episodes = [self.sampler[int(i)] for i in indices]
-        if not episodes:
+        if len(indices) == 0:
             return []
-        s, q = len(episodes[0].support_ids), len(episodes[0].query_ids)
-        ids = np.concatenate([np.r_[e.support_ids, e.query_ids] for e in episodes])
-        out = self.renderer.render(self.sampler.bank.scene_records(ids))
-        data = self.renderer.to_input(out.data)
-        data = data.reshape(len(episodes), s + q, *data.shape[1:])  # (B, S + Q, ...)
-        mask = None
-        if out.mask is not None:
-            mask = out.mask.reshape(len(episodes), s + q, -1)  # (B, S + Q, 5)
-        tokens = self.tokenizer.batch([e.concept_text for e in episodes], max_len=self.max_len)
-        items = []
-        for b, e in enumerate(episodes):
-            item = {
-                "support": data[b, :s],
-                "query": data[b, s:],
-                "support_labels": torch.from_numpy(e.support_labels.astype(np.int64)),
-                "query_labels": torch.from_numpy(e.query_labels.astype(np.int64)),
-                "concept_tokens": tokens[b],
-                "concept": torch.tensor(e.concept, dtype=torch.long),
-                "index": torch.tensor(e.index, dtype=torch.long),
-            }
-            if mask is not None:
-                item["support_mask"], item["query_mask"] = mask[b, :s], mask[b, s:]
-            items.append(item)
-        return items
+        batch = self.batch(indices)
+        return [{k: v[b] for k, v in batch.items()} for b in range(len(indices))]
+
+    def batch(self, indices: Sequence[int]) -> dict[str, Tensor]:
+        """Episodes `indices` rendered and stacked (what `collate_episodes` of their items
+        gives): sampled as compact arrays, their scenes gathered from the bank's columnar
+        store and rendered in one `Renderer.render_packed` call."""
+        compact = compact_batch(self.sampler, indices, tokenizer=self.tokenizer,
+                                max_len=self.max_len)  # fmt: skip
+        return render_batch(compact, LiveScenes(self.sampler.bank.scenes, self.renderer))
+
+
+class EpisodeBatches(Dataset):
+    """The training stream's datasets: ``__getitems__`` returns a whole batch (use
+    `pass_batch` as the collate function), rendered (`EpisodeDataset.batch`; workers render
+    on the CPU) or, with ``render=False``, compact (`compact_batch`: scene ids, labels, tokens
+    for the main process to render on the GPU or read from a render cache, `RenderAhead`).
+
+    Args:
+        sampler: the episodes.
+        modality: renderer config (``name`` and options).
+        max_len: width of ``concept_tokens``.
+        render: render in the process that loads (else compact arrays only).
+    """
+
+    def __init__(self, sampler: EpisodeSampler, modality: Mapping | str, *, max_len: int,
+                 render: bool = True) -> None:  # fmt: skip
+        self.episodes = EpisodeDataset(sampler, modality, max_len=max_len)
+        self.render = bool(render)
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return self.__getitems__([i])
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Tensor]:
+        if self.render:
+            return self.episodes.batch(indices)
+        e = self.episodes
+        return compact_batch(e.sampler, indices, tokenizer=e.tokenizer, max_len=e.max_len)
 
 
 def episode_dataset(
@@ -310,7 +331,7 @@ class EvalSceneDataset(Dataset):
         if self._renderer is None:
             self._renderer = make_renderer(self.modality)
         ids = self.ids[c * self.chunk : (c + 1) * self.chunk]
-        out = self._renderer.render(self.bank.scene_records(ids))
+        out = self._renderer.render_packed(pack_scenes(self.bank.scenes, ids))
         item = {"x": self._renderer.to_input(out.data)}
         if out.mask is not None:
             item["mask"] = out.mask

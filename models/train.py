@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
+from curi.models.cache import CachedScenes, RenderCache, open_render_cache
 from curi.models.checkpoint import (
     CHECKPOINT_FORMAT,
     MetricLogger,
@@ -28,14 +30,14 @@ from curi.models.checkpoint import (
 )
 from curi.models.config import RunConfig, build_model, check_resumable, open_bank
 from curi.models.data import (
-    EpisodeDataset,
+    EpisodeBatches,
     StepBatchSampler,
-    collate_episodes,
     concept_max_len,
     make_renderer,
     renders_on_cuda,
 )
 from curi.models.evaluate import evaluate_episodes
+from curi.models.pipeline import LiveScenes, RenderAhead, pass_batch
 from curi.models.protonet import ProtoNet, ProtoOutput
 from curi.models.runtime import Runtime, start_runtime
 from curi.oracles.gap import EvalSet
@@ -43,7 +45,7 @@ from curi.renderers import Renderer
 from curi.rng import derive_rng
 from curi.splits import make_split
 
-__all__ = ["train"]
+__all__ = ["train", "train_loader"]
 
 log = logging.getLogger(__name__)
 
@@ -116,14 +118,14 @@ class _Fit:
     net: torch.nn.Module  # what the step runs: `model`, or its DDP wrapper
     opt: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    loader: DataLoader
+    loader: Iterable[dict[str, Tensor]]  # one batch per step
     val: EpisodeSampler
     eval_set: EvalSet
     logger: MetricLogger
     batch: int  # episodes per step and process
     lr: float
     max_len: int
-    workers: int  # DataLoader workers (0 when the renderer runs on CUDA)
+    workers: int  # validation's DataLoader workers (0 when the renderer runs on CUDA)
     counts: dict[str, int]
     start: int
     state: _Val
@@ -184,17 +186,29 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     run = dataclasses.replace(run, bank=dict(bank.config))
     split = make_split(bank, run.split)
     model = build_model(run, renderer).to(rt.device)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    if s.channels_last and renderer.name == "image":
+        model = model.to(memory_format=torch.channels_last)
+    fused = s.fused_adam and rt.device.type == "cuda"
+    opt = torch.optim.Adam(model.parameters(), lr=lr, fused=fused or None)
     scaler = rt.grad_scaler()
     start, state = 0, _Val()
     if resume is not None:
         start, state = _resume(resume, run, model, opt, scaler)
     net = rt.wrap(model)
+    if s.compile:
+        net = torch.compile(net)
     max_len = concept_max_len(bank)
     pool = EpisodeSampler(bank, split, "train", run.negatives, seed=run.seed,
                           size=s.train_episodes)  # fmt: skip
     workers = _loader_workers(run, renderer, rt)
-    loader = _train_loader(run, rt, pool, batch, start=start, workers=workers, max_len=max_len)
+    cache = None
+    if s.render_cache is not None:
+        with rt.main_first():  # rank 0 builds a missing cache, the others then read it
+            cache = open_render_cache(s.render_cache, bank, renderer, run.modality,
+                                      rebuild=s.render_cache_rebuild and rt.is_main,
+                                      progress=progress and rt.is_main)  # fmt: skip
+    loader = train_loader(run, rt, pool, batch, start=start, renderer=renderer, max_len=max_len,
+                          cache=cache)  # fmt: skip
     fit = _Fit(
         run=run, rt=rt, run_dir=run_dir, bank=bank, model=model, net=net, opt=opt,
         scaler=scaler, loader=loader,
@@ -230,8 +244,8 @@ def _resume(resume, run: RunConfig, model, opt, scaler) -> tuple[int, _Val]:
 
 
 def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
-    """DataLoader workers: none when the renderer runs on CUDA (CUDA does not survive a fork,
-    so it renders in this process), else ``train.num_workers``."""
+    """Validation's DataLoader workers: none when the renderer runs on CUDA (CUDA does not
+    survive a fork, so it renders in this process), else ``train.num_workers``."""
     if renders_on_cuda(run.modality):
         return 0
     if rt.device.type == "cuda" and renderer.gpu_capable:
@@ -242,11 +256,37 @@ def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
     return run.train.num_workers
 
 
-def _train_loader(run: RunConfig, rt: Runtime, pool: EpisodeSampler, batch: int, *, start: int,
-                  workers: int, max_len: int) -> DataLoader:  # fmt: skip
-    """The training episodes of steps ``start..steps`` for this process, one batch per step."""
-    return DataLoader(
-        EpisodeDataset(pool, run.modality, max_len=max_len),
+def train_loader(
+    run: RunConfig,
+    rt: Runtime,
+    pool: EpisodeSampler,
+    batch: int,
+    *,
+    start: int,
+    renderer: Renderer,
+    max_len: int,
+    cache: RenderCache | None = None,
+) -> Iterable[dict[str, Tensor]]:
+    """The training batches of steps ``start..steps`` for this process, one per step.
+
+    ``train.num_workers`` processes sample the episodes. With a CPU renderer they also render
+    them (a batch at once, `EpisodeBatches`); with a GPU renderer or a render cache they
+    produce compact arrays (scene ids, labels, tokens) and this process renders (or reads)
+    each batch while the previous step runs on the GPU (`RenderAhead`).
+
+    Args:
+        run: the run's config.
+        rt: this process's runtime (rank, world size, device).
+        pool: the training episodes.
+        batch: episodes per step and process.
+        start: the first step.
+        renderer: the modality's renderer.
+        max_len: width of the concept tokens.
+        cache: read scenes from this render cache instead of rendering them.
+    """
+    in_main = cache is not None or renders_on_cuda(run.modality)
+    loader = DataLoader(
+        EpisodeBatches(pool, run.modality, max_len=max_len, render=not in_main),
         batch_sampler=StepBatchSampler(
             len(pool),
             batch,
@@ -256,10 +296,15 @@ def _train_loader(run: RunConfig, rt: Runtime, pool: EpisodeSampler, batch: int,
             rank=rt.rank,
             world=rt.world_size,
         ),  # fmt: skip
-        collate_fn=collate_episodes,
-        num_workers=workers,
-        pin_memory=rt.device.type == "cuda" and not renders_on_cuda(run.modality),
+        collate_fn=pass_batch,
+        num_workers=run.train.num_workers,
+        pin_memory=rt.device.type == "cuda",
     )
+    if not in_main:
+        return loader
+    if cache is not None:
+        return RenderAhead(loader, CachedScenes(cache, renderer, rt.device))
+    return RenderAhead(loader, LiveScenes(pool.bank.scenes, renderer))
 
 
 def _log_start(fit: _Fit, renderer: Renderer) -> None:

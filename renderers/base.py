@@ -1,10 +1,12 @@
-"""The renderer contract (`Renderer`, `Rendered`), the registry of renderers by name, and
-`pack_records`, which turns JSON scene records into padded per-object arrays that every
-renderer reads."""
+"""The renderer contract (`Renderer`, `Rendered`), the registry of renderers by name, and the
+padded per-object arrays (`Packed`) every renderer reads: from JSON scene records
+(`pack_records`) or, without building any record, from a bank's columnar scenes
+(`pack_scenes`)."""
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from curi.scenes import (
     SHAPES,
     SIZES,
     Camera,
+    Scenes,
     centre_height,
     location_bins,
 )
@@ -33,6 +36,7 @@ __all__ = [
     "Renderer",
     "make_object",
     "pack_records",
+    "pack_scenes",
     "register_renderer",
 ]
 
@@ -63,6 +67,52 @@ class Packed:
 
     def __len__(self) -> int:
         return len(self.valid)
+
+    def __getitem__(self, rows: slice | np.ndarray) -> Packed:
+        """The scenes `rows` (a slice or an index array) as a `Packed`."""
+        return Packed(**{f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)})
+
+    def records(self) -> list[dict]:
+        """The scenes as records (``{"objects": [...]}``) that `pack_records` packs back into
+        the same arrays: the fallback of renderers that read records only."""
+        vocab = {k: np.asarray(v, object) for k, v in _VOCAB.items()}
+        out = []
+        for i in range(len(self)):
+            k = np.flatnonzero(self.valid[i])
+            cols = {name: v[getattr(self, name)[i, k]].tolist() for name, v in vocab.items()}
+            cols["x"], cols["y"] = self.x[i, k].tolist(), self.y[i, k].tolist()
+            cols["position"] = self.position[i, k].tolist()
+            cols["rotation"] = self.rotation[i, k].tolist()
+            out.append({"objects": [dict(zip(cols, vals, strict=True))
+                                    for vals in zip(*cols.values(), strict=True)]})  # fmt: skip
+        return out
+
+
+def pack_scenes(scenes: Scenes, ids) -> Packed:
+    """The scenes `ids` of a columnar store (`ConceptBank.scenes`) as a `Packed`, vectorised:
+    equal to ``pack_records(bank.scene_records(ids))`` (positions and rotations rounded to 6
+    decimals as the records are) without building a record.
+
+    Args:
+        scenes: the columnar scenes.
+        ids: scene ids, any shape (flattened).
+
+    Raises:
+        IndexError: an id outside ``[0, len(scenes))``.
+    """
+    ids = np.asarray(ids, np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= len(scenes)):
+        raise IndexError(f"scene ids must be in [0, {len(scenes)})")
+    valid = np.arange(MAX_OBJECTS) < np.asarray(scenes.n_objects[ids], np.int64)[:, None]
+    props = np.where(valid[..., None], scenes.props[ids], 0).astype(np.int64)  # (B, 5, 6)
+    position = np.round(np.asarray(scenes.position[ids], np.float64), 6)  # (B, 5, 3)
+    rotation = np.round(np.asarray(scenes.rotation[ids], np.float64), 6)  # (B, 5)
+    return Packed(
+        valid,
+        *np.ascontiguousarray(np.moveaxis(props, -1, 0)),  # 6 x (B, 5)
+        position=np.where(valid[..., None], position, 0.0),
+        rotation=np.where(valid, rotation, 0.0),
+    )
 
 
 def pack_records(records: Sequence[dict]) -> Packed:
@@ -159,6 +209,7 @@ class Renderer(abc.ABC):
       (vectorised and scalar code paths may differ in the last bit; within 1e-5).
     * Records need the discrete properties and the 3D data (``position``, ``rotation``) of
       `ConceptBank.scene_records`; bad records raise ValueError.
+    * ``render_packed(pack_records(records))`` equals ``render(records)``.
 
     Everything that differs between modalities lives on the renderer, so code that consumes
     any modality (the training data pipeline, re-rendering exported episodes) asks it instead
@@ -196,6 +247,13 @@ class Renderer(abc.ABC):
     @abc.abstractmethod
     def render(self, records: Sequence[dict]) -> Rendered:
         """Render a batch of scene records."""
+
+    def render_packed(self, packed: Packed) -> Rendered:
+        """Render a batch of packed scenes (`pack_scenes`, `pack_records`): the same output as
+        `render` of the records they pack, for the whole batch at once (the training pipeline
+        renders this way, with no per-scene record). This default goes through
+        `Packed.records`; renderers override it with their vectorised path."""
+        return self.render(packed.records())
 
     def to_input(self, data: torch.Tensor) -> torch.Tensor:
         """A rendered batch (B, *item_shape) as encoder input (B, *input_shape): the same

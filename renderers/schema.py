@@ -96,5 +96,10 @@ class SchemaRenderer(Renderer):
         return (-1.0, 2.0)
 
     def render(self, records: Sequence[dict]) -> Rendered:
-        feats, mask = encode(records, camera=self.camera)
-        return Rendered(feats.to(self.device), mask.to(self.device))
+        return self.render_packed(pack_records(records))
+
+    def render_packed(self, packed: Packed) -> Rendered:
+        feats, mask = _encode_packed(packed, self.camera)
+        return Rendered(
+            torch.from_numpy(feats).to(self.device), torch.from_numpy(mask).to(self.device)
+        )

@@ -129,6 +129,9 @@ def test_deterministic_batch_independent_and_sized():
     assert np.abs(u8.astype(float) / 255 - f.permute(0, 2, 3, 1).numpy()).max() <= 0.5 / 255 + 1e-6
     with pytest.raises(ValueError, match="at least 8 x 8"):
         ImageRenderer(width=4, height=4)
+    # The chunk changes memory use, never the pixels; by default it is cache-sized on a CPU.
+    assert ImageRenderer(width=120, height=80).chunk == 32
+    assert torch.equal(ImageRenderer(width=120, height=80, chunk=64).render(recs).data, a)
 
 
 def test_png_roundtrip(tmp_path):
