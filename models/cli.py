@@ -1,5 +1,6 @@
-"""Thin entry points of `curi train` and `curi eval`: composed Hydra config -> plain library
-calls (`curi.models.train.train`, `curi.models.evaluate.evaluate_checkpoint`)."""
+"""Thin entry points of `curi train`, `curi eval` and `curi baselines`: composed Hydra config ->
+plain library calls (`curi.models.train.train`, `curi.models.evaluate.evaluate_checkpoint`,
+`curi.models.baselines.run_baselines`)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from omegaconf import DictConfig, OmegaConf
 from curi.commands import open_bank
 from curi.errors import ConfigError
 from curi.models.config import RunConfig, check_eval_options
-from curi.models.evaluate import evaluate_checkpoint, write_metrics
-from curi.models.plots import plot_metrics
+from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
+from curi.models.plots import plot_baselines, plot_metrics
 from curi.models.train import train as train_run
 from curi.paths import inside
 
-__all__ = ["train", "evaluate"]
+__all__ = ["baselines", "evaluate", "train"]
 
 log = logging.getLogger("curi")
 
@@ -74,8 +75,37 @@ def evaluate(cfg: DictConfig) -> None:
         build=True if cfg.get("build") else None,
     )
     path = write_metrics(metrics, out)
+    concepts = write_concepts(metrics["per_concept"], out.with_name("concepts.parquet"))
     plot = plot_metrics([metrics], out.with_name("eval.png"))
-    log.info("wrote %s and %s", path, plot)
+    log.info("wrote %s, %s and %s", path, concepts, plot)
     brief = {k: metrics[k] for k in ("checkpoint", "step", "split", "negatives", "episodes")}
     print(json.dumps({**brief, "model": metrics["model"], "oracles": metrics["oracles"],
-                      "metrics": str(path)}, indent=2))  # fmt: skip
+                      "metrics": str(path), "concepts": str(concepts)}, indent=2))  # fmt: skip
+
+
+def baselines(cfg: DictConfig) -> None:
+    """Train and test the paper's baseline configurations; one table beside the paper's."""
+    from curi.models.baseline_table import write_table
+    from curi.models.baselines import parse_baselines, plan_runs, run_baselines
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    plan = parse_baselines(c["configs"], only=c["only"], splits=c["splits"],
+                           render_device=c["render_device"])  # fmt: skip
+    out = Path(cfg.output_dir)
+    kw = {"seeds": c["seeds"], "negatives": c["negatives"], "embed_dim": c["embed_dim"],
+          "device": c["device"], "data_dir": c["data_dir"], "out_dir": out}  # fmt: skip
+    plan_runs(plan, bank=c["bank"], train=c["train"], **kw)  # every run checked before the bank
+    check_eval_options(episodes=c["episodes"], seed=c["eval_seed"],
+                       batch_size=c["eval_batch_size"], num_workers=0, chunk=1)  # fmt: skip
+    bank = open_bank(c["bank"], c["data_dir"], progress=c["progress"],
+                     build=True if c["build"] else None)  # fmt: skip
+    runs = plan_runs(plan, bank=bank.config, train=c["train"], **kw)
+    table = run_baselines(
+        runs, bank=bank, out_dir=out, episodes=c["episodes"], eval_seed=c["eval_seed"],
+        oracles=c["oracles"], prior=c["prior"], likelihood=c["likelihood"],
+        num_workers=c["train"].get("num_workers", 0), batch_size=c["eval_batch_size"],
+        force=c["force"], progress=c["progress"],
+    )  # fmt: skip
+    paths = [*write_table(table, out), plot_baselines(table, out / "baselines.png")]
+    log.info("wrote %s", ", ".join(map(str, paths)))
+    print(paths[1].read_text())

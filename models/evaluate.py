@@ -1,6 +1,7 @@
 """Evaluation of prototypical networks (paper section 4): embed the bank's mAP evaluation
 set once, score every episode's prototypes against it (mAP) and its own query set (class-balanced
-accuracy), and evaluate a saved checkpoint on test episodes beside the Bayesian oracles."""
+accuracy), and evaluate a saved checkpoint on test episodes beside the Bayesian oracles, per split
+and per concept."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from curi.atomic import write_text
+from curi.atomic import atomic_path, write_text
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
 from curi.models.data import (
@@ -38,10 +39,12 @@ from curi.oracles.metrics import (
 from curi.paths import safe_name
 
 __all__ = [
+    "concept_table",
     "embed_eval_set",
     "evaluate_checkpoint",
     "evaluate_episodes",
     "log_odds",
+    "write_concepts",
     "write_metrics",
 ]
 
@@ -106,6 +109,7 @@ def evaluate_episodes(
     eval_set: EvalSet | None = None,
     amp_dtype: torch.dtype | None = None,
     progress: bool = False,
+    keep_episodes: bool = False,
 ) -> dict:
     """mAP and class-balanced accuracy of `model` on every episode of `sampler`.
 
@@ -116,7 +120,9 @@ def evaluate_episodes(
 
     Returns:
         ``{"map", "cba", "cba_pooled", "query_loss", "concept_loss", "episodes",
-        "eval_scenes", "seconds"}`` (``concept_loss`` None without a decoder).
+        "eval_scenes", "seconds"}`` (``concept_loss`` None without a decoder); with
+        `keep_episodes` also ``episode_concepts`` and ``episode_ap``, (n,) arrays of each
+        episode's concept and AP, for per-concept results (`concept_table`).
     """
     from tqdm import tqdm
 
@@ -139,7 +145,7 @@ def evaluate_episodes(
             num_workers=0 if on_gpu else num_workers,
             pin_memory=device.type == "cuda" and not on_gpu,
         )
-        aps, q_scores, q_labels = [], [], []
+        aps, concepts, q_scores, q_labels = [], [], [], []
         q_loss = c_loss = 0.0
         for batch in tqdm(loader, desc=f"eval {sampler.subset}", disable=not progress):
             b = len(batch["concept"])
@@ -152,7 +158,8 @@ def evaluate_episodes(
             scores = log_odds(out.prototypes, emb).double().cpu().numpy()  # (B, M)
             # Shift each row to >= 0 (same order) for the metric's fast path.
             scores -= scores.min(axis=1, keepdims=True)
-            truth = eval_labels(ev.rows, batch["concept"].cpu().numpy(), len(ev))  # (B, M)
+            concepts.append(batch["concept"].cpu().numpy())
+            truth = eval_labels(ev.rows, concepts[-1], len(ev))  # (B, M)
             aps.append(average_precision_batch(scores, truth))
             logits = out.logits.float()
             q_scores.append((logits[..., 1] - logits[..., 0]).cpu().numpy())  # (B, Q) log-odds
@@ -162,7 +169,7 @@ def evaluate_episodes(
     ap = np.concatenate(aps)
     qs, ql = np.concatenate(q_scores), np.concatenate(q_labels)
     n = len(ap)
-    return {
+    out = {
         "map": float(np.nanmean(ap)),
         "cba": float(np.nanmean(class_balanced_accuracy_batch(qs, ql, threshold=0.0))),
         "cba_pooled": float(pooled_class_balanced_accuracy(qs, ql, threshold=0.0)),
@@ -172,11 +179,90 @@ def evaluate_episodes(
         "eval_scenes": len(ev),
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    if keep_episodes:
+        out["episode_concepts"], out["episode_ap"] = np.concatenate(concepts), ap
+    return out
+
+
+def concept_table(
+    bank,
+    concepts: np.ndarray,
+    ap: np.ndarray,
+    *,
+    split: str,
+    oracle_ap: Mapping[str, np.ndarray] | None = None,
+) -> list[dict]:
+    """Per-concept results of an evaluation: one row per concept that has episodes, in concept
+    order, with the mean AP over its episodes (the split's mAP is their episode-weighted mean).
+
+    Args:
+        bank: the bank the concept ids index.
+        concepts: (n,) concept id of each episode.
+        ap: (n,) the model's AP of each episode (NaN episodes are left out of the means).
+        split: the split's name, written in every row.
+        oracle_ap: optional ``{"strong": (n,), "weak": (n,), ...}`` APs of the oracles on the
+            same episodes, averaged per concept into ``oracle_ap_<name>`` columns.
+
+    Returns:
+        Rows ``{"split", "concept_id", "concept", "group", "episodes", "model_ap",
+        "model_ap_std", ["oracle_ap_<name>", ...]}``.
+    """
+    concepts = np.asarray(concepts, np.int64)
+    ids, inv = np.unique(concepts, return_inverse=True)
+    k = len(ids)
+    columns = {"model_ap": np.asarray(ap, np.float64)}
+    for name, values in (oracle_ap or {}).items():
+        columns[f"oracle_ap_{name}"] = np.asarray(values, np.float64)
+    if any(v.shape != concepts.shape for v in columns.values()):
+        raise ConfigError("per-concept results need one AP per episode in every column")
+    means = {}
+    for name, v in columns.items():  # NaN-skipping means per concept, by bincount
+        ok = np.isfinite(v)
+        x = np.where(ok, v, 0.0)
+        n = np.bincount(inv, weights=ok, minlength=k)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means[name] = np.bincount(inv, weights=x, minlength=k) / n
+            if name == "model_ap":  # the spread over a concept's episodes
+                sq = np.bincount(inv, weights=x * x, minlength=k) / n
+                means["model_ap_std"] = np.sqrt(np.maximum(sq - means[name] ** 2, 0.0))
+    counts = np.bincount(inv, minlength=k)
+    rows = []
+    for j, h in enumerate(ids.tolist()):
+        row = {"split": split, "concept_id": h, "concept": bank.concepts[h],
+               "group": bank.group(h), "episodes": int(counts[j])}  # fmt: skip
+        row.update({name: float(v[j]) for name, v in means.items()})
+        rows.append(row)
+    return rows
+
+
+def write_concepts(rows: list[dict], path: str | Path) -> Path:
+    """Write `concept_table` rows as a parquet table (atomically), one row per concept."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows) if rows else pa.table({})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return Path(path)
 
 
 def write_metrics(metrics: Mapping, path: str | Path) -> Path:
-    """Write metrics as indented JSON (to a temporary name, then renamed into place)."""
-    return write_text(path, json.dumps(metrics, indent=2) + "\n")
+    """Write metrics as indented JSON (to a temporary name, then renamed into place); per-concept
+    rows (``per_concept``) are left to `write_concepts`."""
+    slim = {k: v for k, v in metrics.items() if k != "per_concept"}
+    return write_text(path, json.dumps(slim, indent=2) + "\n")
+
+
+def _check_bank(stored: Mapping, bank, path) -> None:
+    """Refuse a loaded bank other than the one the checkpoint at `path` was trained on."""
+    mine = {k: v for k, v in bank.config.items() if k != "workers"}
+    theirs = {k: v for k, v in dict(stored).items() if k != "workers"}
+    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if diff:
+        raise ConfigError(
+            f"checkpoint {path} was trained on bank {theirs.get('name')!r}, not on the bank "
+            f"given ({mine.get('name')!r}; they differ in {diff})"
+        )
 
 
 def evaluate_checkpoint(
@@ -198,6 +284,8 @@ def evaluate_checkpoint(
     likelihood: str = "size_principle",
     progress: bool = False,
     build: bool | None = None,
+    bank=None,
+    per_concept: bool = True,
 ) -> dict:
     """Evaluate a checkpoint of `curi.models.train.train` on `episodes` episodes of a subset.
 
@@ -225,14 +313,18 @@ def evaluate_checkpoint(
         prior, likelihood: the oracles' options (see `curi.oracles.Oracle`).
         progress: show progress bars.
         build: build a missing bank (None: only in the default data folder).
+        bank: the checkpoint's bank, already loaded (default: opened as above).
+        per_concept: also return per-concept rows (`concept_table`; `write_concepts`).
 
     Returns:
-        ``{"checkpoint", "step", "subset", "split", "negatives", "episodes", "seed", "model":
-        {map, cba, cba_pooled, ...}, "oracles": {map_strong, map_weak, map_random, cba_*, ...}
-        or None, "config"}``.
+        ``{"checkpoint", "step", "best_step", "subset", "split", "negatives", "episodes",
+        "seed", "model": {map, cba, cba_pooled, ...}, "oracles": {map_strong, map_weak,
+        map_random, cba_*, ...} or None, "config"}``, and ``per_concept`` rows with
+        `per_concept`.
 
     Raises:
-        ConfigError: missing or unreadable checkpoint, bad options, or CUDA asked for but absent.
+        ConfigError: missing or unreadable checkpoint, bad options, CUDA asked for but absent,
+            or a `bank` other than the checkpoint's.
     """
     from curi.models.checkpoint import load_checkpoint
     from curi.models.config import RunConfig, build_model, open_bank
@@ -245,9 +337,13 @@ def evaluate_checkpoint(
     except ConfigError as e:
         raise ConfigError(f"checkpoint {path} stores a bad bank: {e}") from None
     dev = resolve_device(device)
-    bank = open_bank(
-        run, data_dir=data_dir, bank_path=ckpt.get("bank_path"), progress=progress, build=build
-    )
+    if bank is None:
+        bank = open_bank(
+            run, data_dir=data_dir, bank_path=ckpt.get("bank_path"), progress=progress,
+            build=build,
+        )  # fmt: skip
+    else:
+        _check_bank(run.bank, bank, path)
     split_cfg = run.split if split is None else split
     sp = make_split(bank, split_cfg)
     neg = negatives or run.negatives
@@ -274,20 +370,23 @@ def evaluate_checkpoint(
         eval_set=ev,
         amp_dtype=run.train.autocast_dtype(dev),
         progress=progress,
+        keep_episodes=per_concept,
     )
+    concepts, ap = metrics.pop("episode_concepts", None), metrics.pop("episode_ap", None)
     log.info("model: mAP %.4f, CBA %.4f on %d %s episodes", metrics["map"], metrics["cba"],
              episodes, subset)  # fmt: skip
     oracle_row = None
     if oracles:
         oracle_row = score_split(
             bank, sp, neg, ev, episodes=episodes, prior=prior, likelihood=likelihood, seed=seed,
-            progress=progress,
+            progress=progress, per_episode=per_concept,
         )  # fmt: skip
         log.info("oracles: mAP strong %.4f weak %.4f random %.4f", oracle_row["map_strong"],
                  oracle_row["map_weak"], oracle_row["map_random"])  # fmt: skip
-    return {
+    out = {
         "checkpoint": str(path),
         "step": int(ckpt["step"]),
+        "best_step": ckpt.get("best_step"),
         "subset": subset,
         "split": sp.name,
         "negatives": neg,
@@ -298,3 +397,9 @@ def evaluate_checkpoint(
         "oracles": oracle_row,
         "config": ckpt["config"],
     }
+    if per_concept:
+        # per-episode oracle APs, where the oracle row carries them (``episode_ap``)
+        per_episode = (oracle_row or {}).pop("episode_ap", None)
+        out["per_concept"] = concept_table(bank, concepts, ap, split=sp.name,
+                                           oracle_ap=per_episode)  # fmt: skip
+    return out

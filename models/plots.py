@@ -1,6 +1,7 @@
-"""The plot `curi eval` writes beside its metrics: per split, the model's mAP and class-balanced
-accuracy beside the strong / weak / random oracles' on the same episodes (paper Figure 5's
-comparison of models with the oracles)."""
+"""The plots `curi eval` and `curi baselines` write: per split, the model's mAP and
+class-balanced accuracy beside the strong / weak / random oracles' on the same episodes (paper
+Figure 5's comparison of models with the oracles), and the baseline table's test mAP beside the
+paper's (Appendix G.7)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from curi.atomic import atomic_path
 
-__all__ = ["plot_metrics"]
+__all__ = ["plot_baselines", "plot_metrics"]
 
 _BARS = (("model", "#2a9d55"), ("strong", "#3b75af"), ("weak", "#ef8636"), ("random", "#999999"))
 
@@ -71,6 +72,52 @@ def plot_metrics(metrics: Sequence[Mapping], path: str | Path) -> Path:
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0.07, 1, 1))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return path
+
+
+def plot_baselines(table: Mapping, path: str | Path) -> Path:
+    """Write a PNG of a `curi.models.baseline_table.baseline_table`: per split, one bar per
+    configuration (our test mAP) with the paper's number as a black tick over it, and the
+    strong and weak oracles as lines.
+
+    Returns:
+        The path written (atomically).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows, configs = table["rows"], table["configs"]
+    splits = list(dict.fromkeys(r["split"] for r in rows))
+    get = {(r["config"], r["split"]): r for r in rows}
+    x, width = np.arange(len(splits)), 0.8 / max(len(configs), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(splits) * max(1, len(configs) / 2)), 4.5))
+    for k, c in enumerate(configs):
+        xs = x + (k - (len(configs) - 1) / 2) * width
+        ours = [get[(c, s)]["test_map"] if (c, s) in get else np.nan for s in splits]
+        paper = [(get.get((c, s)) or {}).get("paper_map") for s in splits]
+        ax.bar(xs, ours, width, label=c)
+        ax.scatter(xs, [np.nan if p is None else p for p in paper], marker="_", s=200,
+                   color="black", zorder=3, label="paper" if k == 0 else None)  # fmt: skip
+    for key, style in (("oracle_strong", "--"), ("oracle_weak", ":")):
+        ys = [next((r[key] for r in rows if r["split"] == s and r[key] is not None), np.nan)
+              for s in splits]  # fmt: skip
+        ax.hlines(ys, x - 0.45, x + 0.45, linestyles=style, color="gray",
+                  label=key.replace("_", " "))  # fmt: skip
+    ax.set_xticks(x, splits, fontsize=8, rotation=20)
+    ax.set_ylabel("test mAP")
+    ax.set_ylim(0, 1.2)  # room for the legend above a strong oracle at 1
+    ax.legend(fontsize=7, ncol=3, loc="upper right")
+    st = table.get("settings", {})
+    ax.set_title(f"Test mAP on bank {st.get('bank')!r} ({st.get('episodes')} episodes): ours "
+                 "(bars), the paper (black ticks)", fontsize=9)  # fmt: skip
+    fig.tight_layout()
+    path = Path(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)

@@ -194,8 +194,11 @@ def score_split(
     likelihood: str,
     seed: int,
     progress: bool = False,
+    per_episode: bool = False,
 ) -> dict:
-    """Strong, weak and random oracle metrics on `episodes` test episodes of one split."""
+    """Strong, weak and random oracle metrics on `episodes` test episodes of one split; with
+    `per_episode`, the row also holds ``episode_ap``: ``{"strong", "weak", "random"}`` ->
+    (episodes,) arrays of each episode's AP (per-concept results, `curi eval`)."""
     t0 = time.perf_counter()
     sampler = EpisodeSampler(bank, split, "test", negatives, seed=seed, size=episodes)
     kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
@@ -264,6 +267,8 @@ def score_split(
     }
     row["map_gap"] = row["map_strong"] - row["map_weak"]
     row["cba_gap"] = row["cba_strong"] - row["cba_weak"]
+    if per_episode:
+        row["episode_ap"] = {"strong": out["ap_s"], "weak": out["ap_w"], "random": out["ap_r"]}
     return row
 
 

@@ -1,0 +1,350 @@
+"""The paper's baseline table reproduced (paper section 5, Appendix G.7): every configuration
+(modality x pooling x alpha) trained on each of its splits, the checkpoint with the best val mAP
+evaluated on test episodes beside the oracles on the same episodes, and one table of test mAP
+written next to the paper's numbers. Each run has its own folder; finished runs are skipped, so
+an interrupted sweep continues where it stopped. The command line is `curi.models.cli`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from curi import validate
+from curi.atomic import write_text
+from curi.errors import ConfigError
+from curi.models.baseline_table import baseline_table
+from curi.models.config import RunConfig, build_model
+from curi.models.data import make_renderer
+from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
+from curi.models.train import train
+from curi.paths import safe_name
+from curi.presets import list_presets, load_preset
+
+__all__ = ["Baseline", "BaselineRun", "parse_baselines", "plan_runs", "run_baselines"]
+
+log = logging.getLogger(__name__)
+
+_KEYS = ("name", "modality", "pooling", "alpha", "splits", "train")
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """One configuration of the table.
+
+    Attributes:
+        name: its column in the table and its folder (``schema-relation_net``).
+        modality: the renderer config (a ``conf/modality`` preset with overrides).
+        pooling: the pooler config (a ``conf/pooling`` preset with overrides).
+        alpha: weight of the concept-decoding loss (paper: 0, or 1 "with language").
+        splits: names of ``conf/split`` presets it is trained and tested on.
+        train: train settings of this configuration over the shared ones.
+    """
+
+    name: str
+    modality: dict
+    pooling: dict
+    alpha: float
+    splits: tuple[str, ...]
+    train: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineRun:
+    """One training run of the sweep: a configuration on one split with one seed."""
+
+    baseline: Baseline
+    split: str
+    seed: int
+    run: RunConfig
+    dir: Path
+
+
+def _preset(group: str, spec, where: str, device: str | None) -> dict:
+    """A ``conf/<group>`` preset named by `spec` (a name, or a mapping with ``name`` and
+    overrides of the preset's options); `device`, when given, replaces a renderer's device."""
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
+        known = ", ".join(list_presets(group))
+        raise ConfigError(
+            f"{where}.{group} must be a name in conf/{group} ({known}) or a mapping with a name"
+        )
+    out = {**load_preset(group, spec["name"]), **spec}
+    if device is not None and "device" in out:
+        out["device"] = device
+    return out
+
+
+def _baseline(i: int, c, render_device: str | None) -> Baseline:
+    where = f"configs[{i}]"
+    if not isinstance(c, Mapping):
+        raise ConfigError(f"{where} must be a mapping with keys {', '.join(_KEYS)}; got {c!r}")
+    unknown = sorted(set(c) - set(_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown}; valid: {', '.join(_KEYS)}")
+    modality = _preset("modality", c.get("modality"), where, render_device)
+    pooling = _preset("pooling", c.get("pooling"), where, None)
+    alpha = float(validate.number(c.get("alpha", 0.0), f"{where}.alpha", low=0, high=1e6))
+    splits = c.get("splits")
+    splits = [splits] if isinstance(splits, str) else splits
+    known = list_presets("split")
+    if not splits or not isinstance(splits, Sequence):
+        raise ConfigError(f"{where}.splits must be a list of split names ({', '.join(known)})")
+    bad = [s for s in splits if s not in known]
+    if bad:
+        raise ConfigError(f"{where}.splits: unknown splits {bad}; known: {', '.join(known)}")
+    train_over = dict(c.get("train") or {})
+    if "alpha" in train_over:
+        raise ConfigError(f"{where}: give alpha as {where}.alpha, not in its train settings")
+    name = c.get("name") or f"{modality['name']}-{pooling['name']}" + (
+        f"-alpha{alpha:g}" if alpha else ""
+    )
+    safe_name(str(name), f"{where}.name")
+    return Baseline(str(name), modality, pooling, alpha, tuple(dict.fromkeys(splits)), train_over)
+
+
+def parse_baselines(
+    configs: Sequence[Mapping],
+    *,
+    only: Sequence[str] | None = None,
+    splits: Sequence[str] | None = None,
+    render_device: str | None = None,
+) -> list[Baseline]:
+    """The configurations of a sweep, checked.
+
+    Args:
+        configs: mappings with ``modality`` and ``pooling`` (preset names, or mappings with a
+            ``name`` and overrides), ``splits`` (names), optional ``alpha`` (default 0),
+            ``name`` (default ``<modality>-<pooling>[-alpha<a>]``) and ``train`` (settings of
+            this configuration over the shared ones).
+        only: keep these configurations (by name), in this order.
+        splits: run every configuration on these splits instead of its own.
+        render_device: where image and sound scenes render (``cpu`` or ``cuda``), for every
+            configuration whose modality has a device option.
+
+    Raises:
+        ConfigError: an unknown key, preset, split or name, a duplicate name, or no
+            configuration at all.
+    """
+    if not configs or isinstance(configs, (str, Mapping)):
+        raise ConfigError("configs must be a non-empty list of configurations")
+    out = [_baseline(i, c, render_device) for i, c in enumerate(configs)]
+    names = [b.name for b in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"configuration names must differ; repeated: {dup} (set name=)")
+    if only is not None:
+        missing = [n for n in only if n not in names]
+        if missing:
+            raise ConfigError(f"only: unknown configurations {missing}; known: {names}")
+        out = [out[names.index(n)] for n in dict.fromkeys(only)]
+    if splits is not None:
+        out = [_baseline(i, {**dataclasses.asdict(b), "splits": list(splits)}, None)
+               for i, b in enumerate(out)]  # fmt: skip
+    return out
+
+
+def plan_runs(
+    baselines: Sequence[Baseline],
+    *,
+    bank: Mapping,
+    train: Mapping,
+    out_dir: str | Path,
+    seeds: Sequence[int] = (0,),
+    negatives: str = "hard",
+    embed_dim: int = 256,
+    device: str = "auto",
+    data_dir: str | Path | None = None,
+) -> list[BaselineRun]:
+    """Every run of the sweep (configuration x split x seed) with its config checked and each
+    configuration's model built once, so a bad setting fails before the first run trains. Run
+    folders: ``<out_dir>/runs/<name>/<split>/seed<seed>``.
+
+    Raises:
+        ConfigError: a bad train setting, seed, pooling or renderer option.
+    """
+    seeds = [validate.seed(s) for s in (seeds if isinstance(seeds, Sequence) else [seeds])]
+    if not seeds:
+        raise ConfigError("seeds must name at least one training seed")
+    out = []
+    # each split as its conf/split preset, as `curi train split=NAME` stores it (resumable)
+    presets = {s: load_preset("split", s) for b in baselines for s in b.splits}
+    for b in baselines:
+        settings = {**dict(train), **b.train, "alpha": b.alpha}
+        for split in b.splits:
+            for seed in dict.fromkeys(seeds):
+                run = RunConfig.from_mapping({
+                    "bank": dict(bank), "split": presets[split], "negatives": negatives,
+                    "modality": b.modality, "pooling": b.pooling, "train": settings,
+                    "embed_dim": embed_dim, "seed": seed, "device": device,
+                    "data_dir": None if data_dir is None else str(data_dir),
+                })  # fmt: skip
+                where = Path(out_dir) / "runs" / b.name / split / f"seed{seed}"
+                out.append(BaselineRun(b, split, seed, run, where))
+        build_model(out[-1].run, make_renderer(b.modality))  # options the model refuses
+    return out
+
+
+def _identity(run: RunConfig, evaluation: Mapping) -> dict:
+    """What makes a run folder's results: the run's config less where it ran, and the test
+    evaluation's settings."""
+    d = run.to_dict()
+    for k in ("device", "data_dir"):
+        d.pop(k)
+    for k in ("num_workers", "log_every", "eval_chunk", "eval_batch_size"):
+        d["train"].pop(k)
+    return {"run": d, "eval": {k: evaluation[k] for k in ("episodes", "seed", "negatives")}}
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _claim(r: BaselineRun, ident: dict, force: bool) -> dict | None:
+    """The finished result of a run folder made with the same settings (None: run it); a
+    folder made with other settings is an error, or emptied with `force`."""
+    saved = _read_json(r.dir / "run.json")
+    if saved is not None and saved != ident:
+        if not force:
+            raise ConfigError(
+                f"{r.dir} holds a run made with other settings; use another output_dir, or "
+                "force=true to run it again"
+            )
+        log.warning("%s: settings changed; starting it again (force)", r.dir)
+        shutil.rmtree(r.dir)
+        saved = None
+    result = _read_json(r.dir / "result.json")
+    if saved is not None and result is not None:
+        return result
+    r.dir.mkdir(parents=True, exist_ok=True)
+    write_text(r.dir / "run.json", json.dumps(ident, indent=2) + "\n")
+    return None
+
+
+def _oracle_row(bank, split: str, evaluation: Mapping, out_dir: Path) -> dict:
+    """The oracles on a split's test episodes (those every run of the split is tested on),
+    computed once per split and kept in ``<out_dir>/oracles/<split>.json``."""
+    from curi.oracles.gap import EvalSet, score_split
+    from curi.splits import make_split
+
+    path = out_dir / "oracles" / f"{split}.json"
+    saved = _read_json(path)
+    if saved is not None and saved.get("eval") == dict(evaluation):
+        return saved["row"]
+    e = evaluation
+    row = score_split(bank, make_split(bank, split), e["negatives"], EvalSet.from_bank(bank),
+                      episodes=e["episodes"], prior=e["prior"], likelihood=e["likelihood"],
+                      seed=e["seed"])  # fmt: skip
+    write_text(path, json.dumps({"eval": dict(evaluation), "row": row}, indent=2) + "\n")
+    return row
+
+
+def _train_and_test(r: BaselineRun, bank, evaluation: Mapping, *, num_workers: int,
+                    batch_size: int | None, progress: bool) -> dict:  # fmt: skip
+    """Train a run (resuming from its last checkpoint if one is there), then test its best
+    checkpoint by val mAP; writes ``eval/metrics.json`` and ``eval/concepts.parquet``."""
+    resumed = (r.dir / "train" / "checkpoints" / "last.pt").is_file()
+    t0, c0 = time.perf_counter(), time.process_time()
+    summary = train(r.run, run_dir=r.dir / "train", bank=bank,
+                    resume=r.dir / "train" if resumed else None, progress=progress)  # fmt: skip
+    t1, c1 = time.perf_counter(), time.process_time()
+    # training time summed over the calls that finished training this run (it may resume)
+    spent = _read_json(r.dir / "timing.json") if resumed else None
+    spent = spent or {"train_seconds": 0.0, "train_cpu_seconds": 0.0}
+    spent = {"train_seconds": spent["train_seconds"] + t1 - t0,
+             "train_cpu_seconds": spent["train_cpu_seconds"] + c1 - c0}  # fmt: skip
+    write_text(r.dir / "timing.json", json.dumps(spent) + "\n")
+    metrics = evaluate_checkpoint(
+        r.dir / "train", bank=bank, episodes=evaluation["episodes"], seed=evaluation["seed"],
+        negatives=evaluation["negatives"], device=r.run.device, batch_size=batch_size,
+        num_workers=num_workers, oracles=False, progress=progress,
+    )  # fmt: skip
+    write_metrics(metrics, r.dir / "eval" / "metrics.json")
+    write_concepts(metrics["per_concept"], r.dir / "eval" / "concepts.parquet")
+    m = metrics["model"]
+    return {
+        "config": r.baseline.name, "split": r.split, "seed": r.seed,
+        "modality": r.run.modality["name"], "pooling": r.run.pooling["name"],
+        "alpha": r.baseline.alpha, "negatives": evaluation["negatives"],
+        "test_map": m["map"], "test_cba": m["cba"], "test_episodes": m["episodes"],
+        "best_val_map": summary["best_map"], "checkpoint_step": metrics["step"],
+        "steps": summary["steps"], "train_seconds": round(spent["train_seconds"], 1),
+        "train_cpu_seconds": round(spent["train_cpu_seconds"], 1),
+        "eval_seconds": round(time.perf_counter() - t1, 1),
+        "device": summary["device"], "dir": str(r.dir),
+    }  # fmt: skip
+
+
+def run_baselines(
+    runs: Sequence[BaselineRun],
+    *,
+    bank,
+    out_dir: str | Path,
+    episodes: int = 20_000,
+    eval_seed: int = 0,
+    oracles: bool = True,
+    prior: str = "log_linear",
+    likelihood: str = "size_principle",
+    num_workers: int = 0,
+    batch_size: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Train and test every run of `plan_runs`, skipping finished ones, and tabulate them.
+
+    A run trains with `curi.models.train.train` in ``<run dir>/train`` (resumed from its last
+    checkpoint when one is there), keeps the checkpoint with the best val mAP (``best.pt``, as
+    the paper picks its checkpoints), and is tested on `episodes` test episodes of seed
+    `eval_seed`; ``result.json`` marks it finished. With `oracles`, the strong / weak / random
+    oracles are scored once per split on the same test episodes.
+
+    Args:
+        runs: from `plan_runs`.
+        bank: the loaded bank the runs train on.
+        out_dir: the sweep's folder (runs/, oracles/).
+        episodes: test episodes per run (paper: 20,000).
+        eval_seed: the test episodes' seed (the same episodes for every run and the oracles).
+        num_workers, batch_size: of the test evaluation (batch: the training batch size).
+        force: start again a run whose folder was made with other settings (else an error).
+
+    Returns:
+        `curi.models.table.baseline_table` of the results: ``{"settings", "rows", "runs"}``.
+
+    Raises:
+        ConfigError: bad options, or a run folder made with other settings (without `force`).
+    """
+    episodes = validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES)
+    evaluation = {"episodes": episodes, "seed": validate.seed(eval_seed), "prior": prior,
+                  "likelihood": likelihood}  # fmt: skip
+    out_dir, results, oracle_rows = Path(out_dir), [], {}
+    for i, spec in enumerate(runs, 1):
+        r = dataclasses.replace(spec, run=dataclasses.replace(spec.run, bank=dict(bank.config)))
+        ev = {**evaluation, "negatives": r.run.negatives}
+        label = f"[{i}/{len(runs)}] {r.baseline.name} / {r.split} / seed {r.seed}"
+        result = _claim(r, _identity(r.run, ev), force)
+        if result is not None:
+            log.info("%s: finished before (test mAP %.4f); skipped", label, result["test_map"])
+        else:
+            log.info("%s: training %d steps in %s", label, r.run.train.steps, r.dir)
+            result = _train_and_test(r, bank, ev, num_workers=num_workers,
+                                     batch_size=batch_size, progress=progress)  # fmt: skip
+            write_text(r.dir / "result.json", json.dumps(result, indent=2) + "\n")
+            log.info("%s: test mAP %.4f (best val mAP %.4f at step %d); %.0f s", label,
+                     result["test_map"], result["best_val_map"], result["checkpoint_step"],
+                     result["train_seconds"] + result["eval_seconds"])  # fmt: skip
+        results.append(result)
+        key = (r.split, r.run.negatives)
+        if oracles and key not in oracle_rows:
+            log.info("%s: oracles on the same %d test episodes", label, episodes)
+            oracle_rows[key] = _oracle_row(bank, r.split, ev, out_dir)
+    settings = {"bank": bank.config.get("name"), "episodes": episodes, "eval_seed": eval_seed,
+                "seeds": sorted({r.seed for r in runs})}  # fmt: skip
+    return baseline_table(results, oracle_rows, settings=settings)

@@ -1,0 +1,277 @@
+"""Tests of `curi baselines` (CPU, tiny bank, two small configurations, a few steps): the table's
+rows against each run's own metrics and the paper's numbers, skipping finished runs, resuming an
+interrupted one, refusing a run folder made with other settings, the default sweep's plan, bad
+configurations, and the paper's table stored as data against the specification's."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+import curi.models.baselines as baselines_mod
+from curi.errors import ConfigError
+from curi.models import cli as models_cli
+from curi.models.baseline_table import baseline_table, table_markdown
+from curi.models.baselines import parse_baselines, plan_runs
+from curi.models.config import check_resumable
+from curi.oracles.paper import BASELINE_SPLITS, PAPER_BASELINES, paper_baseline
+from curi.presets import load_preset
+
+# Two small configurations (the paper's poolers, narrowed so a CPU test trains in seconds).
+SMALL = ("configs=[{name: rn, modality: schema, pooling: {name: relation_net, g_dim: 16, "
+         "g_layers: 2, f_hidden: [16]}, splits: [concept_iid]}, {name: tr, modality: schema, "
+         "pooling: {name: transformer, d_model: 16, num_layers: 1, dim_feedforward: 16}, "
+         "splits: [concept_iid]}]")  # fmt: skip
+TINY = ["bank=tiny", "train=tiny", "train.steps=2", "train.eval_every=2",
+        "train.checkpoint_every=2", "train.val_episodes=4", "train.batch_size=2",
+        "train.train_episodes=40", "embed_dim=16", "episodes=6", "progress=false"]  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: tiny models run faster so, and the CI machine's cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _cfg(*overrides: str):
+    with initialize_config_module(config_module="curi.conf", version_base="1.3"):
+        return compose("baselines", list(overrides))
+
+
+def _small(bank_dir, out, *more: str):
+    return _cfg(*TINY, SMALL, f"data_dir={bank_dir.parent}", f"output_dir={out}", *more)
+
+
+def test_command_tabulates_runs_beside_the_paper_then_skips_them(tiny_bank_dir, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    out = tmp_path / "bl"
+    models_cli.baselines(_small(tiny_bank_dir, out))
+    table = json.loads((out / "baselines.json").read_text())
+    rows = {r["config"]: r for r in table["rows"]}
+    assert list(rows) == ["rn", "tr"] and table["configs"] == ["rn", "tr"]
+    oracle = json.loads((out / "oracles" / "concept_iid.json").read_text())["row"]
+    for name, pooling, paper in (("rn", "relation_net", 0.607), ("tr", "transformer", 0.598)):
+        r = rows[name]
+        run = out / "runs" / name / "concept_iid" / "seed0"
+        metrics = json.loads((run / "eval" / "metrics.json").read_text())
+        # the table's number is the test mAP of that run's best-by-val checkpoint
+        assert metrics["checkpoint"].endswith("best.pt") and metrics["episodes"] == 6
+        assert r["test_map"] == metrics["model"]["map"] and r["split"] == "concept_iid"
+        assert (r["modality"], r["pooling"], r["seeds"], r["steps"]) == ("schema", pooling, [0], 2)
+        assert np.isclose(r["paper_map"], paper) and np.isclose(r["diff"], r["test_map"] - paper)
+        assert r["oracle_strong"] == oracle["map_strong"] and oracle["episodes"] == 6
+        assert (run / "eval" / "concepts.parquet").is_file()
+    assert (out / "baselines.png").read_bytes()[:4] == b"\x89PNG"
+    md = (out / "baselines.md").read_text()
+    assert "| concept_iid | " in md and "(60.7)" in md and "(59.8)" in md
+
+    # finished runs are skipped: nothing trains or evaluates again, the table is the same
+    def refuse(*a, **k):
+        raise AssertionError("a finished run was run again")
+
+    monkeypatch.setattr(baselines_mod, "train", refuse)
+    monkeypatch.setattr(baselines_mod, "evaluate_checkpoint", refuse)
+    models_cli.baselines(_small(tiny_bank_dir, out))
+    again = json.loads((out / "baselines.json").read_text())
+    assert again["rows"] == table["rows"]
+    monkeypatch.undo()
+
+    # an interrupted run (trained, not yet tested) resumes from its last checkpoint
+    run = out / "runs" / "tr" / "concept_iid" / "seed0"
+    (run / "result.json").unlink()
+    calls = []
+    real = baselines_mod.train
+
+    def spy(*a, **k):
+        calls.append(k["resume"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(baselines_mod, "train", spy)
+    models_cli.baselines(_small(tiny_bank_dir, out))
+    assert calls == [run / "train"]  # only the interrupted run, resumed, not restarted
+    lines = (run / "train" / "metrics.jsonl").read_text().splitlines()
+    assert sum(json.loads(x)["tag"] == "train" for x in lines) == 2  # no step trained twice
+    resumed = json.loads((out / "baselines.json").read_text())["rows"]
+    for new, old in zip(resumed, table["rows"], strict=True):  # training time adds up
+        assert new.pop("train_seconds") >= old.pop("train_seconds")
+        assert new == old
+
+    # a run folder made with other settings is refused, or run again with force
+    with pytest.raises(ConfigError, match="other settings"):
+        models_cli.baselines(_small(tiny_bank_dir, out, "train.steps=3", "only=[rn]"))
+    calls.clear()
+    models_cli.baselines(_small(tiny_bank_dir, out, "train.steps=3", "only=[rn]", "force=true"))
+    assert calls == [None]  # started again from scratch
+    (row,) = json.loads((out / "baselines.json").read_text())["rows"]
+    assert row["config"] == "rn" and row["steps"] == 3
+
+
+def test_default_sweep_is_the_issues_table():
+    c = OmegaConf.to_container(_cfg("output_dir=/nonexistent"), resolve=True)
+    plan = parse_baselines(c["configs"])
+    runs = plan_runs(plan, bank=c["bank"], train=c["train"], out_dir="/o")
+    got = {(r.baseline.name, r.split) for r in runs}
+    nine = set(BASELINE_SPLITS)
+    assert got == ({("schema-relation_net", s) for s in nine}
+                   | {("schema-transformer", s) for s in nine}
+                   | {("image-relation_net", "concept_iid"),
+                      ("schema-relation_net-alpha1", "concept_iid")})  # fmt: skip
+    by_name = {r.baseline.name: r.run for r in runs}
+    assert by_name["schema-relation_net-alpha1"].train.alpha == 1
+    assert by_name["schema-relation_net"].train.alpha == 0
+    assert by_name["image-relation_net"].modality == load_preset("modality", "image")
+    assert c["bank"]["name"] == "paper" and c["episodes"] == 20000
+    cuda = parse_baselines(c["configs"], only=["image-relation_net"], render_device="cuda")
+    assert cuda[0].modality["device"] == "cuda"
+    assert [b.splits for b in parse_baselines(c["configs"], splits=["counting"])] == [
+        ("counting",)
+    ] * 4
+
+
+@pytest.mark.parametrize(
+    ("configs", "match"),
+    [
+        ([], "non-empty list"),
+        ([{"modality": "schema", "pooling": "bogus", "splits": ["boolean"]}], "unknown pooling"),
+        ([{"modality": "smell", "pooling": "avg", "splits": ["boolean"]}], "unknown modality"),
+        ([{"modality": "schema", "pooling": "avg", "splits": ["nope"]}], "unknown splits"),
+        ([{"modality": "schema", "pooling": "avg"}], "splits must be"),
+        (
+            [{"modality": "schema", "pooling": "avg", "splits": ["boolean"], "lr": 1}],
+            "unknown keys",
+        ),  # fmt: skip
+        ([{"modality": "schema", "pooling": "avg", "splits": ["boolean"], "alpha": -1}], "alpha"),
+        (
+            [
+                {
+                    "modality": "schema",
+                    "pooling": "avg",
+                    "splits": ["boolean"],
+                    "train": {"alpha": 1},
+                }
+            ],
+            "not in its train",
+        ),  # fmt: skip
+        (
+            [{"modality": "schema", "pooling": "avg", "splits": ["boolean"], "name": "../x"}],
+            "name",
+        ),  # fmt: skip
+        ([{"modality": "schema", "pooling": "avg", "splits": ["boolean"]}] * 2, "repeated"),
+    ],
+)
+def test_bad_configurations_are_clear_errors(configs, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_baselines(configs)
+
+
+def test_bad_settings_fail_before_any_run(tmp_path):
+    plan = parse_baselines([{"modality": "schema", "pooling": "avg", "splits": ["boolean"]}])
+    with pytest.raises(ConfigError, match="train.steps"):
+        plan_runs(plan, bank={"name": "tiny"}, train={"steps": 0}, out_dir=tmp_path)
+    rn = {"name": "relation_net", "g_layers": 1}
+    bad = parse_baselines([{"modality": "schema", "pooling": rn, "splits": ["boolean"]}])
+    with pytest.raises(ConfigError, match="at least 2 layers"):
+        plan_runs(bad, bank={"name": "tiny"}, train={}, out_dir=tmp_path)
+    with pytest.raises(ConfigError, match="only: unknown"):
+        parse_baselines([{"modality": "schema", "pooling": "avg", "splits": ["boolean"]}],
+                        only=["schema-relation_net"])  # fmt: skip
+
+
+def test_curi_baselines_reports_a_bad_configuration_in_one_line(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", "baselines", "bank=tiny",
+         "only=[no-such]", f"output_dir={tmp_path}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "curi baselines: error: only: unknown configurations ['no-such']" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# The specification's copy of the paper's table (spec CURI.md section 8), an independent
+# transcription: schema rel-net, schema transformer, image transformer, image rel-net, sound best.
+SPEC = """
+instance_iid | 63.9 | 59.8 | 61.5 | 58.6 | 23.5
+concept_iid | 60.7 | 59.8 | 60.8 | 58.5 | 23.6
+counting | 57.4 | 40.7 | 32.4 | 40.3 | 13.8
+extrinsic | 59.8 | 60.9 | 62.1 | 60.8 | 25.7
+intrinsic | 55.1 | 57.9 | 54.1 | 47.6 | 29.4
+boolean | 51.1 | 46.9 | 44.0 | 38.4 | 25.5
+complexity | 52.8 | 49.7 | 45.6 | 45.4 | 26.0
+binding_color | 15.3 | 15.9 | 14.2 | 14.8 | 9.4
+binding_shape | 30.4 | 30.9 | 28.7 | 29.1 | 17.5
+"""
+
+
+def test_paper_baselines_agree_with_the_specifications_table():
+    models = [("schema", "relation_net"), ("schema", "transformer"), ("image", "transformer"),
+              ("image", "relation_net")]  # fmt: skip
+    for line in SPEC.strip().splitlines():
+        split, *cells = [c.strip() for c in line.split("|")]
+        values = [float(c) for c in cells]
+        for (modality, pooling), want in zip(models, values[:4], strict=True):
+            assert paper_baseline(modality, pooling, split)[0] == want, (split, modality, pooling)
+        sound = max(paper_baseline("sound", p, split)[0] for p in ("avg", "concat", "relation_net"))
+        assert sound == values[4], split
+    # every table of Appendix G.7 has 11 models, G.8 six (no transformer, no sound)
+    assert len(PAPER_BASELINES["hard"]) == 11 and len(PAPER_BASELINES["easy"]) == 6
+    assert paper_baseline("schema", "transformer", "boolean", "easy") is None
+    assert paper_baseline("sound", "relation_net", "concept_iid") == (21.8, None)  # std NaN
+
+
+def test_a_run_of_curi_train_with_the_same_overrides_is_resumable_by_the_sweep(tmp_path):
+    over = ["bank=tiny", "train=tiny", "train.steps=7"]
+    with initialize_config_module(config_module="curi.conf", version_base="1.3"):
+        made = models_cli.run_config(
+            compose("train", [*over, "split=counting", "pooling=transformer", "output_dir=/o"])
+        )
+    c = OmegaConf.to_container(_cfg(*over, "output_dir=/o"), resolve=True)
+    plan = parse_baselines(c["configs"], only=["schema-transformer"], splits=["counting"])
+    (run,) = plan_runs(plan, bank=c["bank"], train=c["train"], out_dir=tmp_path)
+    check_resumable(made, run.run, tmp_path / "last.pt")  # raises on any difference that matters
+    other = dataclasses.replace(run.run, split="counting")  # a name, not the preset's rule
+    with pytest.raises(ConfigError, match="split"):
+        check_resumable(made, other, tmp_path / "last.pt")
+
+
+def test_table_averages_seeds_and_marks_what_the_paper_lacks():
+    def res(config, split, seed, m, modality="schema", pooling="relation_net", alpha=0.0):
+        return {"config": config, "split": split, "seed": seed, "modality": modality,
+                "pooling": pooling, "alpha": alpha, "negatives": "hard", "test_map": m,
+                "test_cba": 0.7, "best_val_map": m, "checkpoint_step": 10 * (seed + 1),
+                "steps": 20, "train_seconds": 5.0}  # fmt: skip
+
+    results = [
+        res("lang", "boolean", 0, 0.40, alpha=1.0),
+        res("lang", "boolean", 1, 0.50, alpha=1.0),
+        res("avg", "mcd", 0, 0.30, pooling="avg"),
+        res("avg", "counting", 0, 0.20, modality="sound", pooling="transformer"),
+    ]
+    table = baseline_table(results, {("boolean", "hard"): {"map_strong": 0.9, "map_weak": 0.4}},
+                           settings={"bank": "b", "episodes": 5, "seeds": [0, 1]})  # fmt: skip
+    rows = {(r["config"], r["split"]): r for r in table["rows"]}
+    lang = rows[("lang", "boolean")]
+    assert np.isclose(lang["test_map"], 0.45) and np.isclose(
+        lang["test_map_std"], np.std([0.4, 0.5], ddof=1)
+    )
+    assert lang["seeds"] == [0, 1] and lang["checkpoint_steps"] == [10, 20]
+    assert lang["train_seconds"] == 10.0 and np.isclose(lang["paper_map"], 0.511)
+    assert lang["oracle_strong"] == 0.9 and rows[("avg", "mcd")]["oracle_strong"] is None
+    assert rows[("avg", "mcd")]["paper_map"] is None  # not a paper split
+    assert rows[("avg", "counting")]["paper_map"] is None  # the paper ran no sound transformer
+    md = table_markdown(table)
+    assert "lang (alpha=1)" in md and "no per-split numbers with language" in md
+    assert "| boolean | 45.0 (51.1) | – | 90.0 | 40.0 |" in md
+    assert "| mcd | – | 30.0 (n/a) | n/a | n/a |" in md
+    assert "| lang | boolean | 45.0 ± 7.1 | 51.1 ± 1.4 | -6.1 |" in md
