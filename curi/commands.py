@@ -118,11 +118,13 @@ def split(cfg: DictConfig) -> None:
 
 
 def episodes(cfg: DictConfig) -> None:
-    """Export episodes with scene records (JSON lines or tar shards) and a dataset card."""
-    from curi.export import check_export_options, export_episodes
+    """Export episodes with scene records (JSON lines, parquet or WebDataset tar shards,
+    optionally with each scene's rendered file: ``media=image|sound``) and a dataset card."""
+    from curi.export import check_export_options, export_episodes, get_media
     from curi.splits import make_split
 
     check_export_options(cfg.n, cfg.shard_size, cfg.seed)  # before building a bank
+    media = None if cfg.media is None else get_media(cfg.media, cfg.out)
     bank = open_bank_from_config(cfg)
     s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
     out = export_episodes(
@@ -136,5 +138,6 @@ def episodes(cfg: DictConfig) -> None:
         seed=cfg.seed,
         shard_size=cfg.shard_size,
         progress=cfg.progress,
+        media=media,
     )
     log.info("wrote %s and its dataset card %s", out["episodes"], out["card"])

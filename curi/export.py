@@ -23,6 +23,7 @@ import tarfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Protocol
 
@@ -36,11 +37,14 @@ from curi.splits import Split
 __all__ = [
     "CARD_FORMAT",
     "EpisodeFileError",
+    "MEDIA_GROUP",
     "Media",
     "parquet_schema",
     "check_export_options",
     "count_episodes",
     "export_episodes",
+    "get_media",
+    "list_media",
     "read_episode_file",
 ]
 
@@ -63,6 +67,40 @@ class Media(Protocol):
     feature: str
 
     def __call__(self, records: Sequence[dict]) -> list[bytes]: ...
+
+
+MEDIA_GROUP = "curi.media"
+"""The entry-point group that names the rendered files an export can carry (``image``,
+``sound``): each entry is a factory ``(name) -> Media`` of the renderers layer, so the core
+finds them without importing it (as `curi.cli` finds the commands)."""
+
+
+def list_media() -> list[str]:
+    """The names `get_media` accepts (``image``, ``sound``), sorted."""
+    return sorted({ep.name for ep in entry_points(group=MEDIA_GROUP)})
+
+
+def get_media(name: str, out: str | Path | None = None) -> Media:
+    """The rendered files called `name` (``media=image`` on the command line), built by the
+    renderers layer through the `MEDIA_GROUP` entry points.
+
+    Args:
+        name: ``image`` (PNG per scene) or ``sound`` (WAV per scene).
+        out: the export they are meant for, checked to be a ``.parquet`` or ``.tar`` export.
+
+    Raises:
+        ConfigError: an unknown name, or an `out` that cannot hold files (JSON lines).
+    """
+    found = {ep.name: ep for ep in entry_points(group=MEDIA_GROUP)}
+    if not isinstance(name, str) or name not in found:
+        valid = ", ".join(sorted(found)) or "none installed (reinstall curi)"
+        raise ConfigError(f"media={name!r} is not a kind of rendered file; valid: {valid}, or null")
+    if out is not None and _kind(Path(out)) == "lines":
+        raise ConfigError(_NO_FILES_IN_LINES.format(name=Path(out).name))
+    try:
+        return found[name].load()(name)
+    except ValueError as e:  # the renderer refuses (e.g. its options)
+        raise ConfigError(f"media={name}: {e}") from None
 
 
 # --- file names ------------------------------------------------------------------------------
@@ -110,6 +148,14 @@ def _remove_dead_temporaries(out: Path) -> None:
 
 
 # --- writing ---------------------------------------------------------------------------------
+_NO_FILES_IN_LINES = "rendered files go into .parquet or .tar exports, not {name}"
+
+
+def _kind(out: Path) -> str:
+    """``tar``, ``parquet`` or ``lines`` (JSON lines, optionally gzip-compressed)."""
+    return "tar" if out.suffix == ".tar" else "parquet" if out.suffix == ".parquet" else "lines"
+
+
 def _stage(path: Path, publish: contextlib.ExitStack, write) -> dict:
     """Write `path` under its temporary name (``write(tmp)`` returns the episodes written) and
     leave its renaming to the end of `publish`; returns its card entry."""
@@ -294,8 +340,9 @@ def export_episodes(
     per episode (``<index>.json``, plus its rendered files with `media`), readable by the
     `webdataset` library and ``datasets.load_dataset("webdataset", data_files=...)``.
 
-    With `media` (``curi.renderers.rerender.media("image")``), parquet and tar exports also
-    hold every scene's rendered file (PNG or WAV bytes), in set order.
+    With `media` (``get_media("image")``, or ``curi.renderers.rerender.media("image", ...)``
+    for a renderer with other options), parquet and tar exports also hold every scene's
+    rendered file (PNG or WAV bytes), in set order.
 
     The export replaces an earlier one to the same `out` as a whole: every file is written
     under a temporary name first; once all are complete the old card is removed, the files
@@ -316,9 +363,9 @@ def export_episodes(
 
     n, shard_size, seed = check_export_options(n, shard_size, seed)
     out = Path(out)
-    kind = "tar" if out.suffix == ".tar" else "parquet" if out.suffix == ".parquet" else "lines"
+    kind = _kind(out)
     if media is not None and kind == "lines":
-        raise ConfigError(f"rendered files go into .parquet or .tar exports, not {out.name}")
+        raise ConfigError(_NO_FILES_IN_LINES.format(name=out.name))
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_temporaries(out)
     sampler = EpisodeSampler(

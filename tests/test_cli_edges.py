@@ -18,7 +18,7 @@ from curi.options import check_config, help_text, load_options, read_comments
 from curi.presets import conf_dir
 
 # the commands whose configs this suite documents key by key (the others' are listed by name)
-DOCUMENTED = ("bank", "split", "gap", "train", "eval", "show")
+DOCUMENTED = ("bank", "split", "gap", "train", "eval", "show", "baselines")
 
 
 def _one_line_error(r, start: str) -> str:
@@ -83,6 +83,20 @@ def test_unknown_key_inside_a_group_is_one_message(tmp_path):
                  cwd=tmp_path)  # fmt: skip
     line = _one_line_error(r, "curi bank: error: unknown bank option(s) ['num_scene']")
     assert "num_scenes" in line and not (tmp_path / "d").exists()
+
+
+def test_bad_media_is_one_message_before_the_bank_opens(tmp_path):
+    """``media=`` names a kind of rendered file for a parquet or tar export; anything else is
+    refused in one line, before a bank is looked for (the data_dir here does not exist)."""
+    args = ["bank=tiny", f"data_dir={tmp_path / 'none'}", "n=2"]
+    r = run_curi("episodes", *args, f"out={tmp_path / 'e.parquet'}", "media=video", cwd=tmp_path)
+    line = _one_line_error(r, "curi episodes: error: media='video' is not a kind of rendered file")
+    assert "valid: image, sound, or null" in line
+    r = run_curi("episodes", *args, f"out={tmp_path / 'e.jsonl'}", "media=image", cwd=tmp_path)
+    _one_line_error(
+        r, "curi episodes: error: rendered files go into .parquet or .tar exports, not e.jsonl"
+    )
+    assert _files(tmp_path) == []
 
 
 # --- split= takes a preset or a saved split file ----------------------------------------------

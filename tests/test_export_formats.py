@@ -1,16 +1,20 @@
 """Exports read back by the ecosystem's own readers: parquet by Hugging Face `datasets` (typed
 columns, images as an `Image` feature) and WebDataset shards by the `webdataset` library and by
-`datasets` (per-sample keys holding the rendered files and the labels)."""
+`datasets` (per-sample keys holding the rendered files and the labels), written from Python or
+by `curi episodes ... media=image|sound`."""
 
 import io
 import json
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
+from conftest import run_curi
 from PIL import Image
 
 from curi import make_split
-from curi.export import export_episodes, read_episode_file
+from curi.export import export_episodes, get_media, list_media, read_episode_file
+from curi.renderers import get_renderer, list_renderers
 from curi.renderers.rerender import media
 
 datasets = pytest.importorskip("datasets")
@@ -71,3 +75,43 @@ def test_webdataset_shards_hold_files_and_labels(tiny_bank, split, tmp_path):
     assert np.asarray(png).ndim == 3
     d = _load("webdataset", shards, tmp_path)
     assert len(d) == 3 and "json" in d.features
+
+
+def test_every_renderer_with_files_is_a_kind_of_media():
+    """`media=NAME` (found through the ``curi.media`` entry points) covers every renderer that
+    writes a file per scene, and builds that renderer's files."""
+    with_files = sorted(n for n in list_renderers() if get_renderer(n).file_suffix)
+    assert list_media() == with_files == ["image", "sound"]
+    assert (get_media("image").suffix, get_media("image").feature) == (".png", "Image")
+    assert (get_media("sound").suffix, get_media("sound").feature) == (".wav", "Audio")
+
+
+def _cli_export(tiny_bank_dir, tmp_path, out, *extra):
+    r = run_curi(
+        "episodes", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "split=binding_color",
+        "progress=false", f"out={out}", *extra, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_cli_parquet_with_images_is_the_python_export(tiny_bank, tiny_bank_dir, split, tmp_path):
+    _cli_export(tiny_bank_dir, tmp_path, tmp_path / "c.parquet", "n=2", "media=image")
+    d = _load("parquet", [tmp_path / "c.parquet"], tmp_path)
+    assert len(d) == 2 and type(d.features["query_images"].feature).__name__ == "Image"
+    row = d[1]
+    assert len(row["query_images"]) == len(row["query_labels"]) == 25
+    assert row["query_images"][3].size == (240, 160)
+    api = export_episodes(tiny_bank, split, "test", tmp_path / "p.parquet", n=2, progress=False,
+                          media=media("image"))  # fmt: skip
+    got, want = (pq.read_table(p) for p in (tmp_path / "c.parquet", api["episodes"]))
+    assert got.equals(want, check_metadata=True)  # labels, ids, records and every PNG
+
+
+def test_cli_tar_with_sounds_holds_a_wav_per_scene(tiny_bank_dir, tmp_path):
+    _cli_export(tiny_bank_dir, tmp_path, tmp_path / "s.tar", "n=1", "media=sound")
+    samples = list(wds.WebDataset([str(tmp_path / "s-00000.tar")], shardshuffle=False))
+    assert len(samples) == 1
+    ep = json.loads(samples[0]["json"])
+    wavs = sorted(k for k in samples[0] if k.endswith(".wav"))
+    assert len(wavs) == len(ep["support_labels"]) + len(ep["query_labels"]) == 50
+    assert all(samples[0][k][:4] == b"RIFF" and samples[0][k][8:12] == b"WAVE" for k in wavs)

@@ -327,6 +327,65 @@ def test_schema_protonet_overfits_a_few_fixed_episodes():
     assert acc > 0.9, acc
 
 
+def _reordered(batch: dict, gen: torch.Generator) -> tuple[dict, torch.Tensor]:
+    """`batch` with each episode's support and query sets in a new random order (inputs, masks
+    and labels alongside); also the (B, Q) query order, to permute the expected scores."""
+    b, s = batch["support_labels"].shape
+    q = batch["query_labels"].shape[1]
+    order = {
+        part: torch.stack([torch.randperm(n, generator=gen) for _ in range(b)])  # (B, n)
+        for part, n in (("support", s), ("query", q))
+    }
+    rows = torch.arange(b)[:, None]
+    out = dict(batch)
+    for part, perm in order.items():
+        for key in (part, f"{part}_mask", f"{part}_labels"):
+            out[key] = batch[key][rows, perm]  # (B, S or Q, ...)
+    return out, order["query"]
+
+
+def _order_change(model: ProtoNet, batch: dict, gen: torch.Generator) -> float:
+    """Largest change of the query logits (matched by scene), prototypes and losses when the
+    support and query sets are put in another order."""
+    with torch.no_grad():
+        ref = model(batch)
+        moved, q_order = _reordered(batch, gen)
+        out = model(moved)
+    rows = torch.arange(q_order.shape[0])[:, None]
+    pairs = [(out.logits, ref.logits[rows, q_order]), (out.prototypes, ref.prototypes),
+             (out.loss, ref.loss), (out.concept_loss, ref.concept_loss)]  # fmt: skip
+    return max(float((a - b).abs().max()) for a, b in pairs)
+
+
+class _ReadsBatchPosition(torch.nn.Module):
+    """A faulty pooler: its scene vector depends on where the scene sits in the batch."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, objects, mask, positions=None):
+        out = self.inner(objects, mask, positions)  # (N, E)
+        return out + 0.01 * torch.arange(len(out), dtype=out.dtype)[:, None]
+
+
+@pytest.mark.parametrize("pooler", list_poolers())
+def test_protonet_answers_do_not_depend_on_the_order_of_support_and_query(pooler):
+    """Episodes come with their support and query sets shuffled (`curi.EpisodeSampler`), so a
+    model's answers must not depend on that order: in eval mode, the query logits of every
+    pooler move with their scenes and the prototypes and losses stay the same, and a pooler
+    that reads a scene's position in the batch is caught by the same check."""
+    torch.manual_seed(0)
+    batch = _fixed_episodes()
+    model = build_protonet(encoder="schema", pooler=pooler, alpha=1.0).eval()
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        scale = float(model(batch).logits.abs().max())
+    assert _order_change(model, batch, gen) < 1e-4 * scale
+    model.pooler = _ReadsBatchPosition(model.pooler)
+    assert _order_change(model, batch, gen) > 1e-3 * scale
+
+
 def test_tokenizer_round_trips_concepts_and_pads():
     tok = ConceptTokenizer()
     assert len(tok) == len(curi.concepts.VOCABULARY) + 4
