@@ -25,6 +25,13 @@ VARIANTS = {
     "legacy bins": {"location_bins": "legacy"},
     "clevr layout": {"layout": "clevr"},
     "legacy bins + clevr layout": {"location_bins": "legacy", "layout": "clevr"},
+    # The paper's depth limit read with the root at depth 1 (benchmarks/why_concepts.py).
+    "release depth": {"max_depth": 5},
+    "release depth + legacy bins + clevr layout (paper_legacy)": {
+        "max_depth": 5,
+        "location_bins": "legacy",
+        "layout": "clevr",
+    },
 }
 RELEASE_CONCEPTS = 14_929  # paper section 3
 #: The original release's split sizes (train, test); docs/fidelity.md section 2.

@@ -67,7 +67,10 @@ class BankConfig:
         num_scenes: scenes in the universe U (paper: about 1,000,000).
         num_draws: grammar draws (paper: 2,000,000).
         seed: the seed of every random choice.
-        max_depth: depth at which a non-terminal may no longer be expanded (paper: 6).
+        max_depth: depth at which a non-terminal may no longer be expanded (spec: 6, START
+            at depth 0; 5 reads the paper's "no node deeper than 6" with the root at depth 1
+            and leaves counted, which reproduces the original release's split sizes:
+            `paper_legacy`, docs/fidelity.md section 4).
         attempts: attempts per failed child (12).
         min_positives: keep a concept only if it holds on at least this many scenes (11: "more
             than 10", so support and query can each get 5 distinct positives).

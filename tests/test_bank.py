@@ -187,24 +187,37 @@ def test_byte_codes(rows, cols):
 
 def test_fidelity_options_are_part_of_the_identity_only_when_set(tiny_bank_dir, tmp_path):
     """`location_bins` / `layout` (docs/fidelity.md) change the bank and its identity; at their
-    defaults they are left out, so banks built before the options existed are reused."""
+    defaults they are left out, so banks built before the options existed are reused. The
+    `paper_legacy` preset is these two with the release's depth reading (max_depth 5)."""
     from conftest import TINY
 
     assert "location_bins" not in TINY.identity() and "layout" not in TINY.identity()
     build_bank(TINY, tiny_bank_dir.parent, progress=False)  # reused, not "a different bank"
     small = {**TINY.__dict__, "num_scenes": 3000, "num_draws": 4000}
     spec = load_bank(build_bank(BankConfig(**{**small, "name": "s"}), tmp_path, progress=False))
-    legacy = BankConfig(**{**small, "name": "l", "location_bins": "legacy", "layout": "clevr"})
+    release = {"location_bins": "legacy", "layout": "clevr", "max_depth": 5}
+    legacy = BankConfig(**{**small, "name": "l", **release})
     other = load_bank(build_bank(legacy, tmp_path, progress=False))
-    assert other.config["location_bins"] == "legacy" and other.config["layout"] == "clevr"
+    assert all(other.config[k] == v for k, v in release.items())
     assert other.concepts != spec.concepts
+
+    # The release's depth reading (docs/fidelity.md section 4): no count inside and/or/not, so
+    # the counting split's test set is small; the spec's depth has such concepts.
+    def nested_counts(bank):
+        return sum(
+            "count=" in c.split() and parse(c).body.op in ("and", "or", "not")
+            for c in bank.concepts
+        )
+
+    assert nested_counts(other) == 0 < nested_counts(spec)
+    assert max(other.lengths) <= 14 < max(spec.lengths)
     from curi.executor import execute
 
     rows = execute(other.concepts[:200], other.bit_scenes())  # the legacy reading, kept
     np.testing.assert_array_equal(rows, np.asarray(other.truth_words[:200]))
     scaled = {"num_scenes": 3000, "num_draws": 4000, "workers": 1}
     preset = BankConfig.preset("paper_legacy", name="pl", **scaled)  # the preset, tiny scale
-    assert (preset.location_bins, preset.layout) == ("legacy", "clevr")
+    assert (preset.location_bins, preset.layout, preset.max_depth) == ("legacy", "clevr", 5)
     assert load_bank(build_bank(preset, tmp_path, progress=False)).concepts == other.concepts
     with pytest.raises(ConfigError, match="location_bins"):
         BankConfig.from_mapping({"location_bins": "zero"})

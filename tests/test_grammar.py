@@ -225,6 +225,23 @@ def _indep_sample(rng: random.Random):
     return body + ["lambda", "S.", rng.choice(["exists=", "for-all="])]
 
 
+def test_depth_five_is_the_papers_depth_counted_from_one():
+    """max_depth=5 (the `paper_legacy` bank, docs/fidelity.md section 4): "no node deeper than 6"
+    with the root at depth 1 and the leaves counted. The deepest non-terminal then sits at depth
+    4 (START = 0), so a count (NUM -> SETF -> SET) fits only in a top-level comparison and a
+    body joins at most two atoms; with the spec's max_depth=6 both occur."""
+    shallow = [parse(t) for t, _ in sample_concepts(4000, seed=3, max_depth=5)]
+    deep = [parse(t) for t, _ in sample_concepts(4000, seed=3)]
+
+    def nested_count(c):
+        return c.body.op in _BOOL_P and any(n.op == "count=" for n in c.body.walk())
+
+    assert max(_depth(c.body, 1) for c in shallow) == 4
+    assert max(_depth(c.body, 1) for c in deep) == 5
+    assert not any(nested_count(c) for c in shallow) and any(nested_count(c) for c in deep)
+    assert max(len(c) for c in shallow) <= 14 < max(len(c) for c in deep)
+
+
 def test_statistics_match_independent_sampler(draws):
     rng = random.Random(7)
     ref = [d for d in (_indep_sample(rng) for _ in range(N)) if d is not None]
