@@ -3,6 +3,7 @@ baseline of the same sizes, and the time, per bank preset.
 
 Run (nice'd on a shared host):
     nice python benchmarks/bench_mcd.py --banks default paper --validation 0 0.1
+    nice python benchmarks/bench_mcd.py --banks paper --validation 0 --restarts 3
 
 Prints one JSON line per run and a Markdown table at the end. Times are wall-clock seconds (and
 the process's CPU seconds, less sensitive to a busy host) on whatever machine runs it: the DBCA
@@ -12,6 +13,7 @@ refinement, repair, measurement); the 1-minute load average says how busy the ho
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -30,6 +32,8 @@ def main() -> None:
     ap.add_argument("--train", type=float, default=0.4)
     ap.add_argument("--test", type=float, default=0.1)
     ap.add_argument("--refine", type=float, default=1.0)
+    ap.add_argument("--candidates", nargs="+", type=int, default=[None])
+    ap.add_argument("--restarts", type=int, default=1)
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args()
     rows = []
@@ -42,32 +46,34 @@ def main() -> None:
             bank_index(bank, compound_kind=kind)
             index_s = time.perf_counter() - t
             index_cpu_s = time.process_time() - c
-            for val in args.validation:
-                for seed in args.seeds:
-                    t, c = time.perf_counter(), time.process_time()
-                    s = make_split(bank, {"name": "mcd", "rule": "mcd", "train": args.train,
-                                          "test": args.test, "validation": val, "seed": seed,
-                                          "compounds": kind, "refine": args.refine,
-                                          "progress": False})  # fmt: skip
-                    split_s = time.perf_counter() - t
-                    split_cpu_s = time.process_time() - c
-                    i = s.info
-                    row = {"bank": name, "concepts": len(bank), "groups": i["groups"]["all"],
-                           "compounds": kind, "validation": val, "seed": seed,
-                           "d_compound": i["d_compound"], "d_atom": i["d_atom"],
-                           "d_compound_random": i["d_compound_random"],
-                           "ratio": round(i["d_compound"] / i["d_compound_random"], 1),
-                           "d_compound_val": i.get("d_compound_val"),
-                           "absent_atoms": i["test_atoms_absent_from_train"],
-                           "load_s": round(load_s, 1), "index_s": round(index_s, 1),
-                           "split_s": round(split_s, 1), "index_cpu_s": round(index_cpu_s, 1),
-                           "split_cpu_s": round(split_cpu_s, 1), "cpus": os.cpu_count(),
-                           "load_avg_1m": round(os.getloadavg()[0], 1)}  # fmt: skip
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-    keys = ["bank", "concepts", "groups", "compounds", "validation", "seed", "d_compound",
-            "d_atom", "d_compound_random", "ratio", "d_compound_val", "absent_atoms", "index_s",
-            "index_cpu_s", "split_s", "split_cpu_s", "load_avg_1m"]  # fmt: skip
+            for val, cands, seed in itertools.product(args.validation, args.candidates, args.seeds):
+                t, c = time.perf_counter(), time.process_time()
+                s = make_split(bank, {"name": "mcd", "rule": "mcd", "train": args.train,
+                                      "test": args.test, "validation": val, "seed": seed,
+                                      "compounds": kind, "refine": args.refine,
+                                      "restarts": args.restarts, "progress": False,
+                                      **({"candidates": cands} if cands else {})})  # fmt: skip
+                split_s = time.perf_counter() - t
+                split_cpu_s = time.process_time() - c
+                i = s.info
+                row = {"bank": name, "concepts": len(bank), "groups": i["groups"]["all"],
+                       "compounds": kind, "validation": val, "seed": seed,
+                       "candidates": i["candidates"], "restarts": i["restarts"],
+                       "d_compound": i["d_compound"], "d_atom": i["d_atom"],
+                       "d_compound_random": i["d_compound_random"],
+                       "ratio": round(i["d_compound"] / i["d_compound_random"], 1),
+                       "d_compound_val": i.get("d_compound_val"),
+                       "absent_atoms": i["test_atoms_absent_from_train"],
+                       "load_s": round(load_s, 1), "index_s": round(index_s, 1),
+                       "split_s": round(split_s, 1), "index_cpu_s": round(index_cpu_s, 1),
+                       "split_cpu_s": round(split_cpu_s, 1), "cpus": os.cpu_count(),
+                       "load_avg_1m": round(os.getloadavg()[0], 1)}  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    keys = ["bank", "concepts", "groups", "compounds", "validation", "candidates", "restarts",
+            "seed", "d_compound", "d_atom", "d_compound_random", "ratio", "d_compound_val",
+            "absent_atoms", "index_s", "index_cpu_s", "split_s", "split_cpu_s",
+            "load_avg_1m"]  # fmt: skip
     print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for r in rows:
         print("| " + " | ".join(str(r[k]) for k in keys) + " |")

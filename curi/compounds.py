@@ -31,6 +31,7 @@ __all__ = [
     "COMPOUND_KINDS",
     "MAX_NODES",
     "TOP_N",
+    "dbca_entries",
     "dbca_weights",
     "occurrences",
 ]
@@ -43,7 +44,8 @@ COMMUTATIVE = ("and", "or", "=")
 
 
 class _Tree:
-    """A canonical tree flattened in preorder: labels, children and subtree sizes."""
+    """A canonical tree flattened in preorder (a subtree is a contiguous index range): labels,
+    children, and a key per node naming its whole subtree."""
 
     def __init__(self, root: Node) -> None:
         self.labels: list[str] = []
@@ -59,45 +61,92 @@ class _Tree:
             stack.extend((a, i) for a in reversed(node.args))
         if len(self.labels) > 62:
             raise ValueError(f"concept tree of {len(self.labels)} nodes: at most 62 supported")
+        self.keys = [""] * len(self.labels)
+        for v in reversed(range(len(self.labels))):
+            kids = "\x1f".join(self.keys[c] for c in self.children[v])
+            self.keys[v] = f"{self.labels[v]}\x1e{kids}\x1d" if kids else self.labels[v]
 
-    def text(self, v: int, mask: int) -> str:
-        """Identity of the subgraph `mask` below node `v` (see the module docstring)."""
-        kids = self.children[v]
-        if not any(mask >> c & 1 for c in kids):
-            return self.labels[v]
-        parts = [self.text(c, mask) if mask >> c & 1 else "_" for c in kids]
-        if self.labels[v] in COMMUTATIVE:
-            parts.sort()
-        return f"({self.labels[v]} {' '.join(parts)})"
+    def rooted(self, v: int, budget: int, cache: dict) -> list[tuple[int, int, str]]:
+        """(mask, size, identity) of every connected subgraph rooted at `v` with at most
+        `budget` nodes and at most `MAX_BRANCHING` children kept per node, masks relative to
+        `v` (bit 0 is `v`). The answer depends on the subtree alone, so `cache` keeps it by
+        subtree key for every tree of a bank; each identity is built from its children's."""
+        hit = cache.get((self.keys[v], budget))
+        if hit is not None:
+            return hit
+        label, kids = self.labels[v], self.children[v]
+        out = [(1, 1, label)]
+        if budget > 1 and kids:
+            below = [[(m << (c - v), s, t) for m, s, t in self.rooted(c, budget - 1, cache)]
+                     for c in kids]  # fmt: skip
+            sort = label in COMMUTATIVE
 
-    def rooted(self, v: int, budget: int) -> list[tuple[int, int]]:
-        """(mask, size) of every connected subgraph rooted at `v` with at most `budget` nodes
-        and at most `MAX_BRANCHING` children kept per node."""
-        out = [(1 << v, 1)]
-        if budget <= 1:
-            return out
-        kids = self.children[v]
-        below = {c: self.rooted(c, budget - 1) for c in kids}
-        for c in kids:
-            out.extend((1 << v | m, 1 + s) for m, s in below[c])
-        for i, c1 in enumerate(kids):
-            for c2 in kids[i + 1 :]:
-                for m1, s1 in below[c1]:
-                    for m2, s2 in below[c2]:
-                        if 1 + s1 + s2 <= budget:
-                            out.append((1 << v | m1 | m2, 1 + s1 + s2))
+            def text(picked: dict[int, str]) -> str:
+                parts = [picked.get(k, "_") for k in range(len(kids))]
+                return f"({label} {' '.join(sorted(parts) if sort else parts)})"
+
+            for k, subs in enumerate(below):
+                out.extend((1 | m, 1 + s, text({k: t})) for m, s, t in subs)
+            for i in range(len(kids)):
+                for j in range(i + 1, len(kids)):
+                    for m1, s1, t1 in below[i]:
+                        out.extend((1 | m1 | m2, 1 + s1 + s2, text({i: t1, j: t2}))
+                                   for m2, s2, t2 in below[j] if 1 + s1 + s2 <= budget)  # fmt: skip
+        cache[self.keys[v], budget] = out
         return out
 
-    def long_chains(self, v: int) -> list[int]:
-        """Masks of the downward chains from `v` with more than `MAX_NODES` nodes."""
-        out: list[int] = []
-        stack = [(v, 1 << v, 1)]
-        while stack:
-            u, m, n = stack.pop()
-            if n > MAX_NODES:
-                out.append(m)
-            stack.extend((c, m | 1 << c, n + 1) for c in self.children[u])
+    def chains(self, v: int, cache: dict) -> list[tuple[int, int, str]]:
+        """(mask relative to `v`, length, identity) of every downward chain from `v`, in
+        preorder with the children taken last first; cached by subtree like `rooted`."""
+        hit = cache.get((self.keys[v], "chains"))
+        if hit is not None:
+            return hit
+        label, kids = self.labels[v], self.children[v]
+        out = [(1, 1, label)]
+        sort = label in COMMUTATIVE
+        for k in reversed(range(len(kids))):
+            shift = kids[k] - v
+            for m, n, t in self.chains(kids[k], cache):
+                parts = ["_"] * len(kids)
+                parts[k] = t
+                out.append((1 | m << shift, n + 1,
+                            f"({label} {' '.join(sorted(parts) if sort else parts)})"))  # fmt: skip
+        cache[self.keys[v], "chains"] = out
         return out
+
+    def at(self, v: int, cache: dict, vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """(relative masks, type ids) of the occurrences rooted at `v`: the subgraphs of 2+
+        nodes, then the long chains. New identities get the next ids of `vocab`, in order, so
+        ids number the identities by first occurrence over the trees walked with `cache`."""
+        hit = cache.get(self.keys[v])
+        if hit is None:
+            found = [(m, t) for m, s, t in self.rooted(v, MAX_NODES, cache) if s > 1]
+            found += [(m, t) for m, n, t in self.chains(v, cache) if n > MAX_NODES]
+            masks = np.fromiter((m for m, _ in found), np.int64, len(found))
+            types = np.fromiter((vocab.setdefault(t, len(vocab)) for _, t in found), np.int64,
+                                len(found))  # fmt: skip
+            hit = cache[self.keys[v]] = (masks, types)
+        return hit
+
+    def occurrences(self, cache: dict, vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """(masks, type ids) of every occurrence of the tree, nodes in preorder."""
+        parts = [self.at(v, cache, vocab) for v in range(len(self.labels))]
+        masks = np.concatenate([m << v for v, (m, _) in enumerate(parts)])
+        return masks, np.concatenate([t for _, t in parts])
+
+
+def _run_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Start of each run of equal values in a sorted array."""
+    if sorted_keys.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+
+
+def _groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): a stable sort of `keys` and where each run of equal keys starts in it
+    (sorting beats numpy's hashing ``np.unique`` several times over on these arrays)."""
+    order = np.argsort(keys, kind="stable")
+    return order, _run_starts(keys[order])
 
 
 def occurrences(root: Node) -> tuple[list[str], np.ndarray]:
@@ -111,15 +160,87 @@ def occurrences(root: Node) -> tuple[list[str], np.ndarray]:
         indices per occurrence (subgraphs of 2+ nodes: <= 5 nodes with branching <= 2, or
         downward chains of any length).
     """
-    tree = _Tree(root)
-    texts: list[str] = []
-    masks: list[int] = []
-    for v in range(len(tree.labels)):
-        rooted = [m for m, s in tree.rooted(v, MAX_NODES) if s > 1] + tree.long_chains(v)
-        for m in rooted:
-            texts.append(tree.text(v, m))
-            masks.append(m)
-    return texts, np.asarray(masks, dtype=np.int64)
+    vocab: dict[str, int] = {}
+    masks, types = _Tree(root).occurrences({}, vocab)
+    names = list(vocab)
+    return [names[t] for t in types.tolist()], masks
+
+
+def dbca_entries(
+    roots: Sequence[Node],
+    *,
+    top_n: int | None = TOP_N,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The weighted compounds of each concept as flat arrays (seed 000, section 2.1).
+
+    For every occurrence g of a compound G in a concept R, the strict supergraph occurrences g'
+    in R (from the same candidate set) give the types G' containing g; ``P(G' | G)`` counts,
+    over all concepts, the share of G's occurrences that lie in some occurrence of G'. The
+    occurrence weighs ``1 - max_G' P(G' | G)`` (1 when g has no supergraph) and the compound
+    weighs the maximum over its occurrences in R. Only the tree walk is a Python loop (each distinct
+    subtree walked once); the counting and the maxima are array operations.
+
+    Args:
+        roots: canonical trees of the concept set over which P is counted (a whole bank).
+        top_n: keep the compounds with the largest total weight over `roots`; None: all.
+        progress: called with the number of concepts done, now and then.
+
+    Returns:
+        (rows, keys, weights, names): one entry per (concept, compound) of non-zero weight,
+        ordered by concept and, within a concept, by the compound's first occurrence; `keys`
+        index `names`, the compounds in order of first occurrence over `roots`.
+    """
+    vocab: dict[str, int] = {}
+    cache: dict = {}  # subtree -> its occurrences, shared by all trees
+    types_of: list[np.ndarray] = []  # per tree: the type of each occurrence
+    subs: list[np.ndarray] = []  # per tree: (occurrence, type of a strict supergraph) pairs
+    sups: list[np.ndarray] = []
+    offset = 0
+    for n, root in enumerate(roots):
+        masks, types = _Tree(root).occurrences(cache, vocab)
+        # inside[i, j]: occurrence i is a strict subgraph of occurrence j
+        inside = ((masks[:, None] & masks[None, :]) == masks[:, None]) & (
+            masks[:, None] != masks[None, :]
+        )
+        i, j = np.nonzero(inside)
+        types_of.append(types)
+        subs.append(i + offset)
+        sups.append(types[j])
+        offset += len(types)
+        if progress is not None and n % 1000 == 999:
+            progress(n + 1)
+    n_types = len(vocab)
+    types = np.concatenate(types_of) if types_of else np.zeros(0, np.int64)
+    tree = np.repeat(np.arange(len(types_of)), [len(t) for t in types_of])
+    # each (occurrence, supergraph type) once, sorted by occurrence
+    pair_keys = np.sort(np.concatenate(subs) * n_types + np.concatenate(sups)) if subs else types
+    sub, sup = np.divmod(pair_keys[_run_starts(pair_keys)], max(n_types, 1))
+    occ_count = np.bincount(types, minlength=n_types)
+    # how many occurrences of G lie in some occurrence of G', for each (occurrence, G')
+    order, starts = _groups(types[sub] * n_types + sup)
+    sizes = np.diff(np.r_[starts, len(order)])
+    pair_count = np.empty(len(order))
+    pair_count[order] = np.repeat(sizes, sizes)
+    best = np.zeros(len(types))  # max over supergraph types of the pair count, per occurrence
+    if sub.size:
+        starts = _run_starts(sub)
+        best[sub[starts]] = np.maximum.reduceat(pair_count, starts)
+    occ_weight = 1.0 - best / occ_count[types]
+    # the weight of each (tree, type): the max over its occurrences, in first-occurrence order
+    order, starts = _groups(tree * n_types + types)
+    weight = np.maximum.reduceat(occ_weight[order], starts) if order.size else occ_weight
+    first = order[starts]  # a stable sort keeps each group's first occurrence first
+    by_first = np.argsort(first, kind="stable")
+    rows, keys, weight = tree[first[by_first]], types[first[by_first]], weight[by_first]
+    total = np.bincount(keys, weights=weight, minlength=n_types)
+    names = list(vocab)
+    keep = weight > 0
+    if top_n is not None and n_types > top_n:
+        kept = np.zeros(n_types, dtype=bool)
+        kept[np.argsort(-total, kind="stable")[:top_n]] = True
+        keep &= kept[keys]
+    return rows[keep], keys[keep], weight[keep], names
 
 
 def dbca_weights(
@@ -128,13 +249,7 @@ def dbca_weights(
     top_n: int | None = TOP_N,
     progress: Callable[[int], None] | None = None,
 ) -> list[Counter[str]]:
-    """The weighted compounds of each concept (seed 000, section 2.1).
-
-    For every occurrence g of a compound G in a concept R, the strict supergraph occurrences g'
-    in R (from the same candidate set) give the types G' containing g; ``P(G' | G)`` counts,
-    over all concepts, the share of G's occurrences that lie in some occurrence of G'. The
-    occurrence weighs ``1 - max_G' P(G' | G)`` (1 when g has no supergraph) and the compound
-    weighs the maximum over its occurrences in R.
+    """The weighted compounds of each concept (seed 000, section 2.1), as in `dbca_entries`.
 
     Args:
         roots: canonical trees of the concept set over which P is counted (a whole bank).
@@ -144,40 +259,8 @@ def dbca_weights(
     Returns:
         One Counter per concept: compound -> weight in (0, 1] (zero weights left out).
     """
-    vocab: dict[str, int] = {}
-    per_tree: list[tuple[np.ndarray, list[np.ndarray]]] = []
-    occ_count: Counter[int] = Counter()
-    pair_count: Counter[tuple[int, int]] = Counter()
-    for n, root in enumerate(roots):
-        texts, masks = occurrences(root)
-        types = np.fromiter((vocab.setdefault(t, len(vocab)) for t in texts), np.int64, len(texts))
-        # inside[i, j]: occurrence i is a strict subgraph of occurrence j
-        inside = ((masks[:, None] & masks[None, :]) == masks[:, None]) & (
-            masks[:, None] != masks[None, :]
-        )
-        supers = []
-        for i in range(len(types)):
-            sup = np.unique(types[inside[i]])
-            supers.append(sup)
-            occ_count[int(types[i])] += 1
-            for t in sup.tolist():
-                pair_count[int(types[i]), t] += 1
-        per_tree.append((types, supers))
-        if progress is not None and n % 1000 == 999:
-            progress(n + 1)
-    names = list(vocab)
-    out: list[Counter[str]] = []
-    total = np.zeros(len(names))
-    for types, supers in per_tree:
-        w: dict[int, float] = {}
-        for t, sup in zip(types.tolist(), supers, strict=True):
-            p = max((pair_count[t, s] for s in sup.tolist()), default=0) / occ_count[t]
-            w[t] = max(w.get(t, 0.0), 1.0 - p)
-        counter = Counter({names[t]: x for t, x in w.items() if x > 0})
-        for t, x in w.items():
-            total[t] += x
-        out.append(counter)
-    if top_n is not None and len(names) > top_n:
-        keep = {names[t] for t in np.argsort(-total, kind="stable")[:top_n].tolist()}
-        out = [Counter({k: x for k, x in c.items() if k in keep}) for c in out]
+    rows, keys, weight, names = dbca_entries(roots, top_n=top_n, progress=progress)
+    out: list[Counter[str]] = [Counter() for _ in roots]
+    for r, k, x in zip(rows.tolist(), keys.tolist(), weight.tolist(), strict=True):
+        out[r][names[k]] = x
     return out

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from curi.compounds import COMPOUND_KINDS, TOP_N, dbca_weights
+from curi.compounds import COMPOUND_KINDS, TOP_N, dbca_entries
 from curi.concepts import Concept, Node, parse
 from curi.prior import length_log_prior
 from curi.rng import derive_rng
@@ -158,7 +158,7 @@ def compounds(concept: ConceptLike) -> Counter[str]:
 class _Sparse:
     """Per-concept counts of one kind (atoms or compounds) as flat sparse entries."""
 
-    def __init__(self, counters: Sequence[Counter[str]]) -> None:
+    def __init__(self, counters: Sequence[Counter[str]] = ()) -> None:
         vocab: dict[str, int] = {}
         rows: list[int] = []
         ids: list[int] = []
@@ -172,6 +172,25 @@ class _Sparse:
         self.rows = np.asarray(rows, dtype=np.int64)  # (nnz,) concept of each entry
         self.ids = np.asarray(ids, dtype=np.int64)  # (nnz,) key id of each entry
         self.counts = np.asarray(counts, dtype=np.float64)  # (nnz,)
+
+    @classmethod
+    def from_entries(
+        cls, rows: np.ndarray, keys: np.ndarray, values: np.ndarray, names: Sequence[str]
+    ) -> _Sparse:
+        """The same as from Counters, from entries ordered by concept: keys are renumbered in
+        order of first appearance, as the Counter constructor numbers them."""
+        out = cls()
+        keys = np.asarray(keys, dtype=np.int64)
+        order = np.argsort(keys, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(keys[order]) != 0]) if keys.size else order
+        used = keys[np.sort(order[starts])]  # the keys in order of first appearance
+        rank = np.zeros(int(keys.max()) + 1 if keys.size else 0, dtype=np.int64)
+        rank[used] = np.arange(len(used))
+        out.vocab = [names[k] for k in used.tolist()]
+        out.ids = rank[keys]
+        out.rows = np.asarray(rows, dtype=np.int64)
+        out.counts = np.asarray(values, dtype=np.float64)
+        return out
 
     def distribution(self, concept_weight: np.ndarray) -> np.ndarray:
         """(V,) normalised counts, concept i weighted by ``concept_weight[i]``."""
@@ -224,6 +243,20 @@ def _check_weighting(weighting: str) -> None:
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
 
 
+def _expand(
+    rows: np.ndarray, keys: np.ndarray, values: np.ndarray, first: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Entries of distinct concepts (`rows` sorted) repeated for each position of `first`
+    (position -> distinct concept), in position order."""
+    first_arr = np.asarray(first, dtype=np.int64)
+    if np.array_equal(first_arr, np.arange(len(first_arr))):
+        return rows, keys, values
+    indptr = np.searchsorted(rows, np.arange(first_arr.max() + 2))
+    starts, lens = indptr[first_arr], np.diff(indptr)[first_arr]
+    take = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+    return np.repeat(np.arange(len(first_arr)), lens), keys[take], values[take]
+
+
 # --- the index: every distribution and divergence is computed here --------------------------
 class DivergenceIndex:
     """Atoms and compounds of every concept of a bank, extracted once, so the divergences of
@@ -261,14 +294,15 @@ class DivergenceIndex:
                 cache[item] = len(parsed)
                 parsed.append(_concept(item))
             first.append(cache[item])
-        atom_counts = [atoms(c) for c in parsed]
+        roots = [canonical_tree(c) for c in parsed]
+        self.lengths = np.asarray([len(parsed[i]) for i in first], dtype=np.int64)
+        self._atoms = _Sparse([Counter(n.op for n in roots[i].walk()) for i in first])
         if compound_kind == "depth2":
             compound_counts = [compounds(c) for c in parsed]
+            self._compounds = _Sparse([compound_counts[i] for i in first])
         else:
-            compound_counts = dbca_weights([canonical_tree(c) for c in parsed], top_n=top_n)
-        self.lengths = np.asarray([len(parsed[i]) for i in first], dtype=np.int64)
-        self._atoms = _Sparse([atom_counts[i] for i in first])
-        self._compounds = _Sparse([compound_counts[i] for i in first])
+            rows, keys, values, names = dbca_entries(roots, top_n=top_n)
+            self._compounds = _Sparse.from_entries(*_expand(rows, keys, values, first), names)
 
     def entries(self, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The per-concept counts of ``"atoms"`` or ``"compounds"`` as flat sparse entries:
@@ -514,7 +548,7 @@ _BANK_INDEX: dict[tuple, DivergenceIndex] = {}
 
 def bank_index(bank, *, compound_kind: str = "dbca") -> DivergenceIndex:
     """The `DivergenceIndex` of `bank`'s concepts, built once per process (the DBCA weights
-    of the paper bank take about a minute on 2 cores)."""
+    of the paper bank take about 20 CPU seconds)."""
     import hashlib
 
     key = (hashlib.sha256("\n".join(bank.concepts).encode()).hexdigest(), compound_kind)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
-from curi.compounds import dbca_weights, occurrences
+from curi.compounds import dbca_entries, dbca_weights, occurrences
 from curi.concepts import Node
 from curi.divergence import canonical_tree
 
@@ -90,3 +91,48 @@ def test_top_n_keeps_the_heaviest():
     names = set().union(*kept)
     assert len(names) == 2
     assert names == {k for k, _ in total.most_common(2)}
+
+
+def reference_weights(roots, top_n):
+    """Seed 000's weights computed one occurrence at a time (the first, loop implementation),
+    as an independent check of the array version."""
+    vocab, per_tree = {}, []
+    occ_count, pair_count = Counter(), Counter()
+    for root in roots:
+        texts, masks = occurrences(root)
+        types = [vocab.setdefault(t, len(vocab)) for t in texts]
+        supers = []
+        for i, mi in enumerate(masks.tolist()):
+            sup = sorted({types[j] for j, mj in enumerate(masks.tolist())
+                          if mi & mj == mi and mi != mj})  # fmt: skip
+            supers.append(sup)
+            occ_count[types[i]] += 1
+            for t in sup:
+                pair_count[types[i], t] += 1
+        per_tree.append((types, supers))
+    names, out, total = list(vocab), [], np.zeros(len(vocab))
+    for types, supers in per_tree:
+        w = {}
+        for t, sup in zip(types, supers, strict=True):
+            p = max((pair_count[t, s] for s in sup), default=0) / occ_count[t]
+            w[t] = max(w.get(t, 0.0), 1.0 - p)
+        for t, x in w.items():
+            total[t] += x
+        out.append(Counter({names[t]: x for t, x in w.items() if x > 0}))
+    if top_n is not None and len(names) > top_n:
+        keep = {names[t] for t in np.argsort(-total, kind="stable")[:top_n].tolist()}
+        out = [Counter({k: x for k, x in c.items() if k in keep}) for c in out]
+    return out
+
+
+@pytest.mark.parametrize("top_n", [None, 300])
+def test_array_weights_equal_the_loop_on_a_bank(tiny_bank, top_n):
+    roots = [canonical_tree(c) for c in tiny_bank.concepts[:400]]
+    want = reference_weights(roots, top_n)
+    got = dbca_weights(roots, top_n=top_n)
+    assert [list(c.items()) for c in got] == [list(c.items()) for c in want]  # same floats, order
+    rows, keys, weight, names = dbca_entries(roots, top_n=top_n)
+    assert np.all(np.diff(rows) >= 0) and np.all(weight > 0)
+    assert sum(len(c) for c in want) == len(rows)
+    if top_n is not None:
+        assert len(set().union(*want)) == top_n < len(names)  # top_n did cut

@@ -233,3 +233,11 @@ def test_split_divergences_of_a_bank_split(tiny_bank):
     assert d["d_atom"] > 5 * d["d_atom_random"]  # binding: test colours absent from train
     same = make_split(tiny_bank, "instance_iid")
     assert split_divergences(tiny_bank, same)["d_compound"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_repeated_concepts_share_one_set_of_compound_weights():
+    repeated = DivergenceIndex([RED, CUBE, RED, CUBE])
+    once = DivergenceIndex([RED, CUBE])
+    assert repeated.distributions([2, 3]) == once.distributions([0, 1])
+    assert repeated.distributions([0])[1] == repeated.distributions([2])[1]
+    assert repeated.entries("compounds")[0].tolist().count(2) == len(once.distributions([0])[1])

@@ -82,6 +82,15 @@ def test_same_seed_same_split(tiny_bank, two_way):
     assert not np.array_equal(other.test, two_way.test)
 
 
+def test_restarts_keep_the_best_run(tiny_bank, two_way):
+    best = make_split(tiny_bank, {**FAST, "validation": 0.0, "restarts": 3})
+    assert best.info["restart"] in (0, 1, 2) and two_way.info["restart"] == 0
+    assert best.info["d_compound"] >= two_way.info["d_compound"] - 1e-4  # run 0 is among them
+    assert best.info["d_atom"] <= 0.02 and best.info["test_atoms_absent_from_train"] == 0
+    again = make_split(tiny_bank, {**FAST, "validation": 0.0, "restarts": 3})
+    assert np.array_equal(again.test, best.test)
+
+
 def test_target_dc_is_met(tiny_bank, two_way):
     s = make_split(tiny_bank, {**FAST, "validation": 0.0, "target_dc": 0.4})
     assert abs(s.info["d_compound"] - 0.4) <= 0.05
