@@ -34,3 +34,15 @@ def run_curi(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedP
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op torch thread for a test module (`pytestmark = usefixtures(...)`): tiny
+    models run faster so, and the CI machine's cores are shared."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

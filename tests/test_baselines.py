@@ -12,7 +12,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
@@ -35,13 +34,7 @@ TINY = ["bank=tiny", "train=tiny", "train.steps=2", "train.eval_every=2",
         "train.train_episodes=40", "embed_dim=16", "episodes=6", "progress=false"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: tiny models run faster so, and the CI machine's cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfg(*overrides: str):

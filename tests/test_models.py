@@ -36,14 +36,7 @@ SMALL = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: these tiny models run faster without thread hand-offs, and the CI
-    machine's cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _inputs(name: str, b: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -43,13 +43,7 @@ from curi.renderers import list_renderers
 SCHEMA = {"name": "schema"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: tiny models run faster so, and the CI machine's cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _compose(name: str, overrides: list[str]):

@@ -26,12 +26,7 @@ from curi.renderers.base import Packed, Rendered, pack_records, pack_scenes
 SMALL_IMAGE = {"name": "image", "width": 40, "height": 24, "chunk": 7}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _assert_packed_equal(a: Packed, b: Packed) -> None:
