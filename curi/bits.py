@@ -11,6 +11,7 @@ __all__ = [
     "unpack_rows",
     "popcount",
     "select_bits",
+    "set_bits",
     "num_words",
     "transpose_blocks",
     "transpose_bytes",
@@ -53,25 +54,45 @@ def popcount(words, axis: int = -1):
     return table[bytes_].sum(-1).sum(axis)
 
 
-def select_bits(row: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+def set_bits(row: np.ndarray) -> np.ndarray:
+    """Positions of the set bits of one packed row, ascending (int64). A long row has only its
+    nonzero words unpacked."""
+    if len(row) <= 256:  # (flatnonzero is fastest on booleans)
+        return np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little").view(bool))
+    nz = np.flatnonzero(row)
+    at = np.flatnonzero(np.unpackbits(row[nz].view(np.uint8), bitorder="little").view(bool))
+    return nz[at >> 6] * 64 + (at & 63)
+
+
+def select_bits(row: np.ndarray, ranks: np.ndarray, *, cum: np.ndarray | None = None) -> np.ndarray:
     """Positions of the set bits of rank `ranks` (0-based) in one packed row.
 
     Vectorised: a cumulative popcount over words finds each rank's word, then the bit inside
     it. Cost O(W + len(ranks)) instead of unpacking the whole row.
 
+    Args:
+        row: (W,) uint64 words.
+        ranks: (K,) ranks.
+        cum: ``np.cumsum(np.bitwise_count(row), dtype=np.int64)`` when the caller has it
+            already (it needs the row's popcount first, as episodes do).
+
     Raises:
         ValueError: a rank is not below the row's popcount.
     """
     ranks = np.asarray(ranks, dtype=np.int64)
-    cum = np.cumsum(np.bitwise_count(row), dtype=np.int64)
-    if ranks.size and (ranks.min() < 0 or ranks.max() >= (cum[-1] if cum.size else 0)):
+    if cum is None:
+        cum = np.cumsum(np.bitwise_count(row), dtype=np.int64)
+    listed = ranks.tolist()  # (a few ranks: Python's min and max beat two reductions)
+    if listed and (min(listed) < 0 or max(listed) >= (int(cum[-1]) if cum.size else 0)):
         raise ValueError("rank out of range of the row's set bits")
     word = np.searchsorted(cum, ranks, side="right")
-    before = np.where(word > 0, cum[word - 1], 0)
-    bits = np.unpackbits(row[word].view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
-    offs = np.cumsum(bits, axis=1) - 1  # rank within the word at each bit position
-    inner = np.argmax((offs == (ranks - before)[:, None]) & (bits == 1), axis=1)
-    return word * 64 + inner
+    words = row[word]
+    # the set bits of all the chosen words in one list, word after word: the bit of rank r in
+    # word j (r counted over the whole row) is entry r - (bits of the row before word j)
+    # + (bits of the chosen words before j)
+    at = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little").view(bool))
+    before_chosen = np.cumsum(np.bitwise_count(words), dtype=np.int64)
+    return word * 64 + (at[ranks - cum[word] + before_chosen] & 63)
 
 
 _DELTA_SWAPS = tuple(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from curi import ConfigError
+from curi import ConfigError, episodes
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
 
@@ -121,3 +121,132 @@ def test_sizes_and_errors(tiny_bank):
         s[10]
     with pytest.raises(ConfigError, match="negatives must be one of"):
         EpisodeSampler(tiny_bank, "binding_color", "test", negatives="medium")
+
+
+# --- the fast sampler against a plain one -------------------------------------------------------
+# `EpisodeSampler` is tuned (its own PCG64 seeding, bit tricks, no per-episode copies); this is
+# the sampler written plainly (derive_rng, dense booleans, np.unique), with the same random
+# draws in the same order. Any change to the episodes a seed gives shows up here.
+def _plain_distinct(rng, n, k):
+    if 4 * k > n:
+        return rng.permutation(n)[:k]
+    out = np.unique(rng.integers(0, n, size=2 * k))
+    while len(out) < k:
+        out = np.unique(np.concatenate([out, rng.integers(0, n, size=k)]))
+    return rng.permutation(out)[:k]
+
+
+def _plain_random_not_h(truth_h, used, k, rng):
+    got, seen = [], set(used)
+    while len(got) < k:
+        for c in rng.integers(0, len(truth_h), size=2 * k + 8).tolist():
+            if not truth_h[c] and c not in seen and len(got) < k:
+                seen.add(c)
+                got.append(c)
+    return np.array(got, np.int64)
+
+
+def _plain_negatives(s, dense, kind, h, positives, used, rng):
+    if kind == "easy":
+        return _plain_random_not_h(dense[h], used, s.num_negatives, rng), np.zeros(0, int)
+    alternates = np.flatnonzero(dense[:, positives].all(1) & (np.arange(len(dense)) != h))
+    pool = dense[alternates].any(0) & ~dense[h]
+    chosen = []
+    if len(alternates) > episodes._EXACT_MAX_ALTERNATES:  # rejection: 64 rounds of 64 scenes
+        seen = set(used)
+        for _ in range(64):
+            for c in rng.integers(0, dense.shape[1], size=64).tolist():
+                if pool[c] and c not in seen and len(chosen) < s.num_negatives:
+                    seen.add(c)
+                    chosen.append(c)
+            if len(chosen) == s.num_negatives:
+                break
+        chosen = chosen if len(chosen) == s.num_negatives else []
+    if len(chosen) < s.num_negatives and len(alternates):
+        ids = np.setdiff1d(np.flatnonzero(pool), list(used))
+        chosen = ids[_plain_distinct(rng, len(ids), min(len(ids), s.num_negatives))].tolist()
+    if len(chosen) < s.num_negatives:
+        short = s.num_negatives - len(chosen)
+        chosen += _plain_random_not_h(dense[h], used | set(chosen), short, rng).tolist()
+    return np.array(chosen, np.int64), alternates
+
+
+def _plain_episode(s, dense, i):
+    from curi.rng import derive_rng
+
+    tag, npos = f"{s.split.name}:{s.subset}", s.num_positives
+    rng = derive_rng(s.seed, f"episode:{tag}", i)
+    w = np.exp(np.asarray(s.bank.log_prior, np.float64)[s.concepts])
+    cum = np.cumsum(w / w.sum())
+    h = int(s.concepts[min(int(np.searchsorted(cum, rng.random(), side="right")), len(cum) - 1)])
+    pos = np.flatnonzero(dense[h])[_plain_distinct(rng, int(dense[h].sum()), 2 * npos)]
+    neg_rng = derive_rng(s.seed, f"negatives:{tag}:{s.negatives}", i)
+    used = set(pos.tolist())
+    s_neg, s_alt = _plain_negatives(s, dense, s.negatives, h, pos[:npos], used, neg_rng)
+    q_kind = "easy" if s.query_negatives == "random" else s.query_negatives
+    q_neg, q_alt = _plain_negatives(s, dense, q_kind, h, pos[npos:], used | set(s_neg), neg_rng)
+    labels = np.r_[np.ones(npos, np.int8), np.zeros(s.num_negatives, np.int8)]
+    s_ids, q_ids = np.r_[pos[:npos], s_neg], np.r_[pos[npos:], q_neg]
+    s_lab, q_lab = labels, labels
+    if s.shuffle:
+        order = derive_rng(s.seed, f"order:{tag}", i)
+        sp, qp = order.permutation(len(s_ids)), order.permutation(len(q_ids))
+        s_ids, s_lab, q_ids, q_lab = s_ids[sp], labels[sp], q_ids[qp], labels[qp]
+    return h, s_ids, s_lab, q_ids, q_lab, s_alt, q_alt
+
+
+@pytest.mark.parametrize(
+    "split, subset, negatives, seed, kw, most_alternates",
+    [
+        ("concept_iid", "train", "hard", 3, {}, 32),
+        ("concept_iid", "train", "hard", 3, {}, 3),  # the tiny bank's pools by rejection too
+        ("concept_iid", "test", "easy", 0, {}, 32),
+        ("instance_iid", "train", "hard", 5, {"query_negatives": "random"}, 32),
+        ("binding_color", "val", "hard", 2**40, {"shuffle": False}, 32),  # seed over 32 bits
+        ("concept_iid", "train", "hard", 7, {"num_positives": 3, "num_negatives": 30}, 8),
+    ],
+)
+def test_same_episodes_as_the_plain_sampler(
+    tiny_bank, dense, monkeypatch, split, subset, negatives, seed, kw, most_alternates
+):
+    monkeypatch.setattr(episodes, "_EXACT_MAX_ALTERNATES", most_alternates)
+    s = EpisodeSampler(tiny_bank, split, subset, negatives, seed=seed, **kw)
+    by_rejection = 0
+    for i in [*range(40), len(s) - 1]:
+        e, ref = s[i], _plain_episode(s, dense, i)
+        got = (e.concept, e.support_ids, e.support_labels, e.query_ids, e.query_labels)
+        got += (e.support_alternates, e.query_alternates)
+        for a, b in zip(got, ref, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert e.support_ids.dtype == e.query_ids.dtype == np.int64
+        assert e.support_labels.dtype == np.int8
+        by_rejection += len(e.support_alternates) > most_alternates
+    assert by_rejection > (10 if most_alternates < 32 else -1)
+
+
+def test_streams_match_derive_rng():
+    from curi.episodes import _Stream
+    from curi.rng import derive_rng
+
+    for seed in (0, 3, 2**32 - 1, 2**32, 2**62):
+        for purpose in ("episode:concept_iid:train", "negatives:x:hard", ""):
+            stream = _Stream(seed, purpose, "test")
+            for i in (0, 1, 77, 123_456, 2**32 - 1, 2**32, 10**12):
+                a = stream.rng(i).integers(0, 2**63, 4)
+                np.testing.assert_array_equal(a, derive_rng(seed, purpose, i).integers(0, 2**63, 4))
+
+
+def test_bit_helpers_against_unpacking():
+    from curi.bits import select_bits, set_bits
+
+    rng = np.random.default_rng(0)
+    for width in (1, 3, 64, 300):
+        row = rng.integers(0, 2**63, width, dtype=np.int64).astype(np.uint64) << np.uint64(1)
+        row[rng.random(width) < 0.5] = 0
+        row[-1] |= np.uint64(6)
+        where = np.flatnonzero(unpack_rows(row, 64 * width))
+        np.testing.assert_array_equal(set_bits(row), where)
+        ranks = rng.integers(0, len(where), 25)
+        np.testing.assert_array_equal(select_bits(row, ranks), where[ranks])
+        with pytest.raises(ValueError, match="rank out of range"):
+            select_bits(row, [len(where)])
