@@ -13,7 +13,7 @@ from curi import validate
 from curi.commands import open_bank_from_config
 from curi.errors import ConfigError
 from curi.renderers import get_renderer
-from curi.renderers.rerender import render_episode_file
+from curi.renderers.rerender import default_workers, render_episode_file
 from curi.renderers.sheet import write_episode_page
 from curi.renderers.viewer import write_scene_page
 
@@ -124,6 +124,10 @@ def render_episodes(cfg: DictConfig) -> None:
         print(json.dumps({k: str(v) for k, v in paths.items()}, indent=1))
         return
     _threads(cfg)
+    workers = cfg.get("workers")
+    if workers is None:
+        workers = default_workers()
+    workers = validate.integer(workers, "workers", low=1, high=1024)
     opts = OmegaConf.to_container(cfg.modality, resolve=True)
     index = render_episode_file(
         cfg["in"],
@@ -133,5 +137,6 @@ def render_episodes(cfg: DictConfig) -> None:
         limit=cfg.limit,
         progress=cfg.progress,
         options=opts,
+        workers=workers,
     )
     print(index)

@@ -15,7 +15,7 @@ from scipy import ndimage
 from curi import EpisodeSampler, make_split
 from curi.export import EpisodeFileError, export_episodes
 from curi.renderers import get_renderer
-from curi.renderers.image import ImageRenderer
+from curi.renderers.image import ImageRenderer, save_png
 from curi.renderers.rerender import render_episode_file
 from curi.renderers.schema import encode
 from curi.renderers.sheet import (
@@ -212,3 +212,142 @@ def test_cli_episodes_render(exported, tmp_path):
     )
     assert smell.returncode != 0 and "modality" in smell.stderr and "image" in smell.stderr
     assert "Traceback" not in smell.stderr
+
+
+def test_rendered_images_load_as_an_imagefolder_with_labels_and_episodes(exported, tmp_path):
+    """`curi episodes render ... modality=image out=DIR` writes the imagefolder convention's
+    metadata.jsonl, so `load_dataset("imagefolder", data_dir=DIR)` keeps each picture's label,
+    episode, set and scene (not the folder names as classes)."""
+    datasets = pytest.importorskip("datasets")
+    out = tmp_path / "img"
+    args = ["modality=image", "modality.width=60", "modality.height=40", "limit=2"]
+    r = run_curi("episodes", "render", f"in={exported}", *args, "progress=false", f"out={out}",
+                 cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = datasets.load_dataset(
+        "imagefolder", data_dir=str(out), split="train", cache_dir=str(tmp_path / "hf")
+    )
+    assert len(d) == 100 and type(d.features["image"]).__name__ == "Image"
+    assert {"label", "episode", "set", "scene_id", "concept_text"} <= set(d.features)
+    want = {}
+    for ep in map(json.loads, exported.read_text().splitlines()[:2]):
+        for s in ("support", "query"):
+            for scene, label in zip(ep[f"{s}_ids"], ep[f"{s}_labels"], strict=True):
+                want[ep["index"], s, scene] = (label, ep["concept_text"])
+    rows = d.remove_columns("image").to_list()
+    got = {(r["episode"], r["set"], r["scene_id"]): (r["label"], r["concept_text"]) for r in rows}
+    assert got == want
+    assert sum(r["label"] for r in rows) == 2 * (5 + 5)  # 5 positives per set
+    first = d[0]  # in file order; its picture is the file its metadata names
+    assert (first["episode"], first["set"]) == (0, "support")
+    png = np.asarray(Image.open(out / "episode_00000" / "support_01.png"))
+    assert png.shape == (40, 60, 3) and np.array_equal(np.asarray(first["image"]), png)
+
+
+def _tree(folder):
+    """Every file under `folder` (relative name -> bytes), index.json without its source."""
+    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
+             if p.is_file()}  # fmt: skip
+    index = json.loads(files.pop("index.json"))
+    return files, index
+
+
+def test_rerender_workers_give_the_same_files_in_the_same_order(exported, tmp_path):
+    """Episodes rendered by two worker processes: byte for byte the files of one process, the
+    index and metadata.jsonl in episode order, .npz arrays equal to the renderer's output."""
+    image = ImageRenderer(width=60, height=40)
+    for n in (1, 2):
+        render_episode_file(exported, tmp_path / f"w{n}", image, workers=n, progress=False)
+    one, two = _tree(tmp_path / "w1"), _tree(tmp_path / "w2")
+    assert one == two
+    files, index = two
+    assert [e["npz"] for e in index["episodes"]] == [f"episode_{k:05d}.npz" for k in range(3)]
+    rows = [json.loads(r) for r in files["metadata.jsonl"].decode().splitlines()]
+    assert [r["episode"] for r in rows] == [0] * 50 + [1] * 50 + [2] * 50
+    assert not [p for p in (tmp_path / "w2").iterdir() if p.name.startswith(".")]
+    ep = json.loads(exported.read_text().splitlines()[2])
+    z = np.load(tmp_path / "w2" / "episode_00002.npz")
+    u8, _ = image.render_uint8(ep["support_records"])
+    np.testing.assert_array_equal(z["support"], u8.transpose(0, 3, 1, 2))
+    png = Image.open(tmp_path / "w2" / "episode_00002" / "support_25.png")
+    np.testing.assert_array_equal(np.asarray(png), u8[24])
+
+
+def test_rerender_npz_is_a_zip_of_npy_at_the_fast_level(exported, tmp_path):
+    """The .npz holds the arrays `np.savez_compressed` would, deflated at `NPZ_LEVEL`."""
+    import zipfile
+
+    from curi.renderers.rerender import NPZ_LEVEL
+
+    render_episode_file(exported, tmp_path, get_renderer("schema"), limit=1, progress=False)
+    path = tmp_path / "episode_00000.npz"
+    with zipfile.ZipFile(path) as z:
+        infos = z.infolist()
+    assert {i.filename for i in infos} >= {"support.npy", "query_mask.npy", "concept_text.npy"}
+    assert all(i.compress_type == zipfile.ZIP_DEFLATED for i in infos) and NPZ_LEVEL == 1
+    z = np.load(path)  # allow_pickle=False: no object arrays
+    assert z["support"].dtype == np.float32 and z["query_labels"].dtype == np.int8
+
+
+class _FailsOnThird(ImageRenderer):
+    """An image renderer whose third export fails, as an interrupted run would."""
+
+    calls = 0
+
+    def export(self, records, folder=None, names=None):
+        type(self).calls += 1
+        if type(self).calls == 3:
+            assert not any(folder.iterdir())  # a fresh temporary folder
+            save_png(np.zeros((40, 60, 3), np.uint8), folder / "support_01.png")
+            raise KeyboardInterrupt
+        return super().export(records, folder, names)
+
+
+def test_rerender_interrupted_leaves_no_half_episode(exported, tmp_path):
+    """An episode interrupted while its files are written leaves nothing under its final name
+    (its folder is renamed into place only once complete), no temporaries, no index.json,
+    and the episodes before it complete; running again finishes the job."""
+    out = tmp_path / "img"
+    with pytest.raises(KeyboardInterrupt):
+        render_episode_file(exported, out, _FailsOnThird(width=60, height=40), progress=False)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "episode_00000", "episode_00000.npz", "episode_00001", "episode_00001.npz",
+    ]  # fmt: skip
+    assert len(list((out / "episode_00001").glob("*.png"))) == 50
+    render_episode_file(exported, out, ImageRenderer(width=60, height=40), progress=False)
+    assert json.loads((out / "index.json").read_text())["count"] == 3
+    assert len(list((out / "episode_00002").glob("*.png"))) == 50
+
+
+def test_rerender_bad_records_in_a_worker_is_a_clean_error(exported, tmp_path):
+    lines = exported.read_text().splitlines()
+    ep = json.loads(lines[2])
+    ep["query_records"][0]["objects"][0]["color"] = "mauve"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines[:2], json.dumps(ep)]) + "\n")
+    image = ImageRenderer(width=60, height=40)
+    with pytest.raises(EpisodeFileError, match="episode 2: bad scene records.*mauve"):
+        render_episode_file(bad, tmp_path / "o", image, workers=2, progress=False)
+    assert not (tmp_path / "o" / "index.json").exists()
+    assert not (tmp_path / "o" / "episode_00002").exists()
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        render_episode_file(exported, tmp_path / "o", image, workers=0, progress=False)
+
+
+def test_cli_episodes_render_workers(exported, tmp_path):
+    """`workers` (default: one per core) gives the files of `workers=1`; a bad value is one
+    clear message."""
+    args = ["episodes", "render", f"in={exported}", "modality=image", "modality.width=60",
+            "modality.height=40", "limit=2", "progress=false"]  # fmt: skip
+    for name, extra in (("auto", []), ("one", ["workers=1"])):
+        r = run_curi(*args, f"out={tmp_path / name}", *extra, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert _tree(tmp_path / "auto") == _tree(tmp_path / "one")
+    # torch's own thread count here: forked workers must not inherit OpenMP threads (they hung)
+    r = run_curi(*args, f"out={tmp_path / 'n'}", "workers=2", "threads=null", cwd=tmp_path,
+                 timeout=150)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _tree(tmp_path / "n") == _tree(tmp_path / "one")
+    bad = run_curi(*args, f"out={tmp_path / 'x'}", "workers=0", cwd=tmp_path)
+    assert bad.returncode == 2 and "workers must be an integer in [1, 1024], got 0" in bad.stderr
+    assert "Traceback" not in bad.stderr
