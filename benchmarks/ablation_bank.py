@@ -16,7 +16,7 @@ from _report import FIDELITY, machine, write_section
 
 from curi import BankConfig, build_bank, load_bank
 from curi.oracles.gap import compositionality_gap
-from curi.oracles.paper import PAPER_GAP, agreement
+from curi.oracles.paper import PAPER_GAP, RELEASE_CONCEPTS, RELEASE_SPLITS, agreement
 from curi.splits import PAPER_SPLITS, make_split
 
 #: Candidate causes, each a set of bank options (docs/fidelity.md says why each is a candidate).
@@ -32,17 +32,6 @@ VARIANTS = {
         "location_bins": "legacy",
         "layout": "clevr",
     },
-}
-RELEASE_CONCEPTS = 14_929  # paper section 3
-#: The original release's split sizes (train, test); docs/fidelity.md section 2.
-RELEASE_SIZES = {
-    "binding_color": (12_152, 2_620),
-    "binding_shape": (13_421, 1_484),
-    "intrinsic": (14_646, 283),
-    "extrinsic": (14_179, 750),
-    "counting": (14_882, 47),
-    "boolean": (12_335, 2_594),
-    "complexity": (408, 14_521),
 }
 
 
@@ -86,7 +75,7 @@ def _report(preset: str, episodes: int, results: dict) -> str:
         "| split | " + " | ".join(names) + " | release |",
         "|---|" + "---|" * (len(names) + 1),
     ]
-    for split, (tr, te) in RELEASE_SIZES.items():
+    for split, (tr, te, _) in RELEASE_SPLITS.items():
         cells = [f"{r['sizes'][split][0]:,} / {r['sizes'][split][1]:,}" for r in results.values()]
         out.append(f"| {split} | " + " | ".join(cells) + f" | {tr:,} / {te:,} |")
     out += [

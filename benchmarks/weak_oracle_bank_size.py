@@ -15,10 +15,8 @@ from _report import FIDELITY, write_section
 
 from curi import load_bank
 from curi.oracles.gap import compositionality_gap
-from curi.oracles.paper import PAPER_GAP
+from curi.oracles.paper import PAPER_GAP, RELEASE_CONCEPTS
 from curi.splits import PAPER_SPLITS, Split, make_split
-
-PAPER_BANK_CONCEPTS = 14_929  # paper section 3
 
 
 def main() -> None:
@@ -28,7 +26,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2, help="random sub-banks")
     args = ap.parse_args()
     bank = load_bank(args.bank, verify=False)
-    share = min(1.0, PAPER_BANK_CONCEPTS / len(bank))
+    share = min(1.0, RELEASE_CONCEPTS / len(bank))
     splits = {n: make_split(bank, n) for n in PAPER_SPLITS if n != "instance_iid"}
 
     def weak(train_of) -> dict[str, float]:

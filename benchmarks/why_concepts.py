@@ -33,20 +33,11 @@ from curi import load_bank
 from curi.concepts import BINARY_BOOL, COMPARISONS, Node, parse
 from curi.executor import BitScenes, execute
 from curi.grammar import sample_concepts
+from curi.oracles.paper import RELEASE_CONCEPTS
+from curi.oracles.paper import RELEASE_SPLITS as RELEASE
 from curi.rejection import static_rejection
 from curi.splits import make_split
 
-RELEASE_CONCEPTS = 14_929  # paper section 3
-#: The original release's (train, test) sizes and dropped concepts (docs/fidelity.md, issue 16).
-RELEASE = {
-    "binding_color": (12_152, 2_620, 157),
-    "binding_shape": (13_421, 1_484, 24),
-    "intrinsic": (14_646, 283, 0),
-    "extrinsic": (14_179, 750, 0),
-    "counting": (14_882, 47, 0),
-    "boolean": (12_335, 2_594, 0),
-    "complexity": (408, 14_521, 0),
-}
 #: Sampling variants, (max_depth, attempts, share of the draws): the spec's rules, and
 #: readings of the paper's prose ("no node has a depth larger than 6") that differ.
 SAMPLERS = {

@@ -223,3 +223,18 @@ def paper_comparison(rows: list[dict]) -> str:
             f"{100 * PAPER_EASY_SHRINK[0]:.1f} +- {100 * PAPER_EASY_SHRINK[1]:.1f})."
         )
     return "\n".join(lines) + "\n" + "".join(f"\n{n}\n" for n in notes)
+
+
+#: Concepts in the original release's bank (paper section 3).
+RELEASE_CONCEPTS = 14_929
+#: The original release's split sizes: (train, test, concepts a binding split drops)
+#: (docs/fidelity.md sections 2 and 4, issue 16).
+RELEASE_SPLITS = {
+    "binding_color": (12_152, 2_620, 157),
+    "binding_shape": (13_421, 1_484, 24),
+    "intrinsic": (14_646, 283, 0),
+    "extrinsic": (14_179, 750, 0),
+    "counting": (14_882, 47, 0),
+    "boolean": (12_335, 2_594, 0),
+    "complexity": (408, 14_521, 0),
+}
