@@ -225,12 +225,11 @@ def test_same_episodes_as_the_plain_sampler(
 
 
 def test_streams_match_derive_rng():
-    from curi.episodes import _Stream
-    from curi.rng import derive_rng
+    from curi.rng import DerivedStream, derive_rng
 
     for seed in (0, 3, 2**32 - 1, 2**32, 2**62):
         for purpose in ("episode:concept_iid:train", "negatives:x:hard", ""):
-            stream = _Stream(seed, purpose, "test")
+            stream = DerivedStream(seed, purpose, "test")
             for i in (0, 1, 77, 123_456, 2**32 - 1, 2**32, 10**12):
                 a = stream.rng(i).integers(0, 2**63, 4)
                 np.testing.assert_array_equal(a, derive_rng(seed, purpose, i).integers(0, 2**63, 4))
