@@ -21,6 +21,7 @@ from curi.errors import ConfigError
 __all__ = [
     "CHECKPOINT_FORMAT",
     "MetricLogger",
+    "check_checkpoint_bank",
     "link_checkpoint",
     "load_checkpoint",
     "save_checkpoint",
@@ -78,6 +79,25 @@ def _safe_load(p: Path) -> object:
             first = (str(e).splitlines() or [""])[0][:200]
             why = type(e).__name__ if "weights_only" in first else f"{type(e).__name__}: {first}"
     raise ConfigError(f"cannot read checkpoint {p} ({why}); use one written by `curi train`")
+
+
+def check_checkpoint_bank(ckpt_bank: Mapping, bank, path: str | Path | None = None) -> None:
+    """Refuse a checkpoint (at `path`, named in the message) trained on another bank than
+    `bank`: the bank configs differ in any key but ``workers``.
+
+    Raises:
+        ConfigError: naming both banks, the keys that differ and how to fix it.
+    """
+    mine = {k: v for k, v in bank.config.items() if k != "workers"}
+    theirs = {k: v for k, v in dict(ckpt_bank).items() if k != "workers"}
+    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if diff:
+        where = f" {path}" if path is not None else ""
+        raise ConfigError(
+            f"the checkpoint{where} was trained on bank {theirs.get('name')!r}, not on this bank "
+            f"{mine.get('name')!r} (they differ in {diff}); run with bank={theirs.get('name')} "
+            "or give a checkpoint of this bank"
+        )
 
 
 def save_checkpoint(payload: dict, path: Path) -> None:

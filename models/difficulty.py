@@ -22,6 +22,7 @@ from curi.concepts import parse
 from curi.divergence import DivergenceIndex
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
+from curi.models.checkpoint import check_checkpoint_bank
 from curi.oracles.difficulty import auc_table, concept_sample, oracle_outcomes, split_correlations
 from curi.oracles.gap import EvalSet
 from curi.oracles.metrics import average_precision_batch
@@ -59,23 +60,6 @@ class PerConceptSampler:
 
     def __getitem__(self, i: int):
         return self._samplers[i // self.episodes][i % self.episodes]
-
-
-def check_checkpoint_bank(ckpt_bank: Mapping, bank) -> None:
-    """Refuse a checkpoint trained on another bank than `bank`.
-
-    Raises:
-        ConfigError: naming both banks and how to fix it.
-    """
-    mine = {k: v for k, v in bank.config.items() if k != "workers"}
-    theirs = {k: v for k, v in dict(ckpt_bank).items() if k != "workers"}
-    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-    if diff:
-        raise ConfigError(
-            f"the checkpoint was trained on bank {theirs.get('name')!r}, not on this bank "
-            f"{mine.get('name')!r} (they differ in {diff}); run with bank={theirs.get('name')} "
-            "or give a checkpoint of this bank"
-        )
 
 
 @torch.inference_mode()

@@ -20,6 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from curi.atomic import atomic_path, write_text
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
+from curi.models.checkpoint import check_checkpoint_bank
 from curi.models.data import (
     EpisodeDataset,
     EvalSceneDataset,
@@ -253,18 +254,6 @@ def write_metrics(metrics: Mapping, path: str | Path) -> Path:
     return write_text(path, json.dumps(slim, indent=2) + "\n")
 
 
-def _check_bank(stored: Mapping, bank, path) -> None:
-    """Refuse a loaded bank other than the one the checkpoint at `path` was trained on."""
-    mine = {k: v for k, v in bank.config.items() if k != "workers"}
-    theirs = {k: v for k, v in dict(stored).items() if k != "workers"}
-    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-    if diff:
-        raise ConfigError(
-            f"checkpoint {path} was trained on bank {theirs.get('name')!r}, not on the bank "
-            f"given ({mine.get('name')!r}; they differ in {diff})"
-        )
-
-
 def evaluate_checkpoint(
     checkpoint: str | Path,
     *,
@@ -343,7 +332,7 @@ def evaluate_checkpoint(
             build=build,
         )  # fmt: skip
     else:
-        _check_bank(run.bank, bank, path)
+        check_checkpoint_bank(run.bank, bank, path)
     split_cfg = run.split if split is None else split
     sp = make_split(bank, split_cfg)
     neg = negatives or run.negatives
