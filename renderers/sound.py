@@ -19,7 +19,7 @@ import torch
 
 from curi.atomic import atomic_path
 from curi.renderers.base import Packed, Rendered, Renderer, pack_records, register_renderer
-from curi.renderers.sound_torch import TorchSound, rows
+from curi.renderers.sound_torch import TorchSound
 from curi.scenes import COLORS, SHAPES
 
 __all__ = [
@@ -234,7 +234,7 @@ def synthesize(records: Sequence[dict] | Packed, config: SoundConfig | None = No
     cfg.check()
     p = records if isinstance(records, Packed) else pack_records(records)
     if len(p) > _CHUNK:  # (N, L) temporaries stay in cache
-        parts = [synthesize(rows(p, i, i + _CHUNK), cfg) for i in range(0, len(p), _CHUNK)]
+        parts = [synthesize(p[i : i + _CHUNK], cfg) for i in range(0, len(p), _CHUNK)]
         return np.concatenate(parts)
     check_locations(p)
     n_out, n_note = cfg.num_samples, cfg.note_samples

@@ -11,7 +11,6 @@ waveform (clipped to [-1, 1] as on the CPU), then `torch.stft` the spectrogram.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -24,15 +23,10 @@ from curi.scenes import MAX_OBJECTS
 if TYPE_CHECKING:
     from curi.renderers.sound import SoundConfig
 
-__all__ = ["TorchSound", "rows"]
+__all__ = ["TorchSound"]
 
 _TAIL = 1e-12  # impulse-response samples below this fraction of its peak are dropped
 _AMIN = 1e-5  # magnitude floor before the log, as the CPU path's librosa.amplitude_to_db
-
-
-def rows(p: Packed, lo: int, hi: int) -> Packed:
-    """Scenes lo..hi of a packed batch."""
-    return Packed(**{f.name: getattr(p, f.name)[lo:hi] for f in dataclasses.fields(Packed)})
 
 
 def _lowpass_response(sos: np.ndarray, num_samples: int) -> tuple[np.ndarray, int]:
@@ -133,7 +127,7 @@ class TorchSound:
         out = torch.empty(n, *shape, device=self.device)
         for lo in range(0, n, self.chunk):
             hi = lo + self.chunk
-            out[lo:hi] = fn(rows(batch, lo, hi) if isinstance(batch, Packed) else batch[lo:hi])
+            out[lo:hi] = fn(batch[lo:hi])  # a Packed slices as a batch of scenes
         return out
 
     @torch.no_grad()  # not inference_mode: training saves its inputs for backward
