@@ -470,8 +470,7 @@ class ImageRenderer(Renderer):
     def render_uint8(self, records: Sequence[dict]) -> tuple[np.ndarray, torch.Tensor]:
         """Render and return ``(uint8 array (B, H, W, 3), float tensor (B, 3, H, W))``."""
         img = self.render(records).data
-        u8 = (img * 255.0 + 0.5).clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
-        return u8.cpu().numpy(), img
+        return _uint8(img).permute(0, 2, 3, 1).cpu().numpy(), img
 
     def export(
         self,
@@ -485,8 +484,7 @@ class ImageRenderer(Renderer):
         machine): callers publish the whole folder (`curi.atomic.atomic_dir`)."""
         with torch.inference_mode():  # render's output is an inference tensor, changed in place
             img = self.render(records).data  # (B, 3, H, W)
-            # The arithmetic of `render_uint8`, in place: the same bytes, no temporaries.
-            u8 = img.mul_(255.0).add_(0.5).clamp_(0, 255).to(torch.uint8).cpu().numpy()
+            u8 = _uint8(img, in_place=True).cpu().numpy()  # no temporaries
         if folder is not None:
             hwc = np.ascontiguousarray(u8.transpose(0, 2, 3, 1))  # (B, H, W, 3), one copy
             for im, name in zip(hwc, names, strict=True):
@@ -497,6 +495,13 @@ class ImageRenderer(Renderer):
         """One PNG file's bytes per record (exports with rendered files)."""
         u8, _ = self.render_uint8(records)
         return [png_bytes(im) for im in u8]
+
+
+def _uint8(img: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+    """Float images in [0, 1] as uint8, round(255 x): the one quantisation of every PNG and
+    export; `in_place` reuses `img`'s memory (it is overwritten)."""
+    x = img.mul_(255.0) if in_place else img * 255.0
+    return x.add_(0.5).clamp_(0, 255).to(torch.uint8)
 
 
 def render_images(
