@@ -132,34 +132,50 @@ THREADS_RUNS = {"threads=2": ["threads=2"], "threads=null (torch's default)": ["
 
 def time_stages(repeats: int, n: int = 50) -> dict:
     """CPU milliseconds per image of each stage of re-rendering one 50-scene episode, in this
-    process with one torch thread, before and after issue 15: ray casting; PNG encoding at
-    PIL's default zlib level 6 and at `PNG_LEVEL`; the episode's .npz by
+    process with one torch thread and a worker's allocator (`_keep_freed_memory`), before and
+    after issue 15: ray casting (today's renderer: float images quantised as a whole, as the
+    export did before, and `export` without files as it does now: chunk by chunk, channels
+    last); PNG
+    encoding by PIL at its default zlib level 6 and at `PNG_LEVEL` (PIL picks a filter per
+    row) and by our writer (`png_bytes`: Sub filter, `PNG_LEVEL`); the episode's .npz by
     ``np.savez_compressed`` and by `_save_npz` (`NPZ_LEVEL`); writing the PNG files with an
-    fsync each (`save_png`'s default) and without (what `export` now does inside the
-    episode's folder, published once). Also wall ms for the writes, and bytes per image."""
+    fsync each (`save_png`'s default) and without (what `export` does inside the episode's
+    folder, published once); and `export` with its files (the command's work per image but
+    the .npz). Also wall ms, and bytes per image."""
     import io
 
     from PIL import Image
 
-    from curi.renderers.image import PNG_LEVEL, save_png
-    from curi.renderers.rerender import _save_npz
+    from curi.renderers.base import pack_records
+    from curi.renderers.image import PNG_LEVEL, _png_file, _png_scanlines, _uint8, save_png
+    from curi.renderers.rerender import _keep_freed_memory, _save_npz
 
     torch.set_num_threads(1)
+    _keep_freed_memory()
     recs = sample_scenes(n, seed=1).records(range(n))
     image = get_renderer("image")
-    image.render_uint8(recs[:4])  # warm up
-    u8, _ = image.render_uint8(recs)  # (n, H, W, 3)
-    arrays = {"support": np.ascontiguousarray(u8[:25].transpose(0, 3, 1, 2)),
-              "query": np.ascontiguousarray(u8[25:].transpose(0, 3, 1, 2)),
+    image.export(recs[:4])  # warm up
+    u8 = image.export(recs)["data"]  # (n, 3, H, W)
+    hwc = np.ascontiguousarray(u8.transpose(0, 2, 3, 1))  # (n, H, W, 3)
+    arrays = {"support": u8[:25], "query": u8[25:],
               "concept_text": np.asarray("exists x in S: red(x)")}  # fmt: skip
+    names = [f"s{i:02d}" for i in range(n)]
 
-    def png(level):
+    def pil(level):
         out = []
-        for im in u8:
+        for im in hwc:
             buf = io.BytesIO()
             Image.fromarray(im).save(buf, format="PNG", compress_level=level)
             out.append(buf.getvalue())
         return out
+
+    def ours():
+        return [_png_file(r, 3) for r in _png_scanlines(hwc)]
+
+    def before_ray_casting():  # float images, quantised as a whole (the export before)
+        with torch.inference_mode():
+            img = image.render_packed(pack_records(recs)).data
+            return _uint8(img, in_place=True).numpy()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -169,35 +185,43 @@ def time_stages(repeats: int, n: int = 50) -> dict:
                 np.savez_compressed(f, **arrays)
 
         def write_pngs(fsync):
-            for i, im in enumerate(u8):
+            for i, im in enumerate(hwc):
                 save_png(im, tmp / f"{i}.png", fsync=fsync)
 
         stages = {
-            "ray casting": lambda: image.render_uint8(recs),
-            "PNG, zlib level 6 (before)": lambda: png(6),
-            f"PNG, zlib level {PNG_LEVEL} (after)": lambda: png(PNG_LEVEL),
+            "ray casting: float images, then quantised as a whole": before_ray_casting,
+            "ray casting: export without files, quantised per chunk (after)": lambda: image.export(
+                recs
+            ),
+            "PNG, PIL, zlib level 6 (before)": lambda: pil(6),
+            f"PNG, PIL, zlib level {PNG_LEVEL}": lambda: pil(PNG_LEVEL),
+            f"PNG, Sub filter, zlib level {PNG_LEVEL} (after)": ours,
             ".npz, np.savez_compressed (before)": savez,
             ".npz, _save_npz (after)": lambda: _save_npz(tmp / "b.npz", arrays),
-            f"PNGs (level {PNG_LEVEL}) encoded and written, an fsync each (before)": lambda: (
-                write_pngs(True)
-            ),
-            f"PNGs (level {PNG_LEVEL}) encoded and written, no fsync (after)": lambda: write_pngs(
-                False
-            ),
+            "PNGs encoded and written, an fsync each (before)": lambda: write_pngs(True),
+            "PNGs encoded and written, no fsync (after)": lambda: write_pngs(False),
+            "export with its PNG files (after)": lambda: image.export(recs, tmp, names),
         }
         out = {}
         for name, fn in stages.items():
             wall, cpu = _time(fn, repeats)
             out[name] = {"cpu_ms_per_image": round(1e3 * cpu / n, 2),
                          "wall_ms_per_image": round(1e3 * wall / n, 2)}  # fmt: skip
-        sizes = {"PNG level 6": sum(map(len, png(6))) / n,
-                 f"PNG level {PNG_LEVEL}": sum(map(len, png(PNG_LEVEL))) / n,
+        sizes = {"PNG PIL level 6": sum(map(len, pil(6))) / n,
+                 f"PNG PIL level {PNG_LEVEL}": sum(map(len, pil(PNG_LEVEL))) / n,
+                 f"PNG Sub level {PNG_LEVEL}": sum(map(len, ours())) / n,
                  ".npz np.savez_compressed": (tmp / "a.npz").stat().st_size / n,
                  ".npz _save_npz": (tmp / "b.npz").stat().st_size / n}  # fmt: skip
         with np.load(tmp / "a.npz") as a, np.load(tmp / "b.npz") as b:
             same = all(np.array_equal(a[k], b[k]) for k in arrays)
+        png_same = all(
+            np.array_equal(np.asarray(Image.open(io.BytesIO(data))), im)
+            for data, im in zip(ours(), hwc, strict=True)
+        )
+        pixels_same = np.array_equal(before_ray_casting(), u8)
     return {"stages": out, "bytes_per_image": {k: round(v) for k, v in sizes.items()},
-            "npz_arrays_identical": same}  # fmt: skip
+            "npz_arrays_identical": same, "png_pixels_identical": png_same,
+            "export_equals_quantised_render": pixels_same}  # fmt: skip
 
 
 def _stages_markdown(res: dict, args) -> str:
@@ -208,11 +232,14 @@ def _stages_markdown(res: dict, args) -> str:
     return (
         f"Machine: {machine()}.\n\nWhere one re-rendered image's time goes (`curi episodes "
         "render modality=image`, 240 x 160, one episode of 50 scenes, one torch thread, in one "
-        f"process, median of {args.repeats}); CPU time is the per-core cost on a shared machine, "
+        "process with a worker's allocator (freed memory kept), median of "
+        f"{args.repeats}); CPU time is the per-core cost on a shared machine, "
         "wall time of the writes includes waiting for the disk.\n\n"
         + "\n".join(rows)
         + f"\n\nBytes per image: {sizes}. The two .npz files hold identical arrays: "
-        f"{res['npz_arrays_identical']}."
+        f"{res['npz_arrays_identical']}; PIL reads our PNGs back to the same pixels: "
+        f"{res['png_pixels_identical']}; the export's pixels equal the quantised float "
+        f"images: {res['export_equals_quantised_render']}."
     )
 
 

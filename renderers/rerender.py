@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import itertools
 import json
 import logging
@@ -225,12 +226,35 @@ _RENDERER: Renderer | None = None  # a worker process's renderer (`_start_worker
 
 
 def _start_worker(renderer: Renderer) -> None:
-    """Set up a worker process: its renderer (inherited when forked) and one torch thread
-    (a forked process hangs in OpenMP if its parent started OpenMP threads: seen with
-    ``threads=null``; and one thread per process was the fastest on 2 cores)."""
+    """Set up a worker process: its renderer (inherited when forked), one torch thread (a
+    forked process hangs in OpenMP if its parent started OpenMP threads: seen with
+    ``threads=null``; and one thread per process was the fastest on 2 cores), and a
+    `_keep_freed_memory` allocator."""
     global _RENDERER
     _RENDERER = renderer
     torch.set_num_threads(1)
+    _keep_freed_memory()
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+
+
+def _keep_freed_memory() -> bool:
+    """Have glibc's malloc keep the memory a worker frees for its next episode instead of
+    handing it back to the system: an episode's images and their temporaries (tens of MB) were
+    otherwise mapped afresh each time, and the page faults cost about 0.7 ms of system CPU time
+    per image (of 6-7 in all). The price: a worker's resident memory stays at its peak, about
+    35 MB above (690 against 655 MB over 40 episodes). Returns whether it was set (only on
+    glibc: elsewhere nothing is done)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):  # not glibc (or no C library to load)
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    # Blocks up to 32 MiB (glibc's most) from the heap, not from a mapping of their own; and
+    # free memory at the heap's top is kept up to 1 GiB.
+    heap = mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    return bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30) and heap)
 
 
 def _work(job: tuple) -> tuple[dict, str]:

@@ -351,3 +351,14 @@ def test_cli_episodes_render_workers(exported, tmp_path):
     bad = run_curi(*args, f"out={tmp_path / 'x'}", "workers=0", cwd=tmp_path)
     assert bad.returncode == 2 and "workers must be an integer in [1, 1024], got 0" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_workers_keep_freed_memory_on_glibc():
+    """Workers ask glibc's malloc to keep freed memory (no page faults per episode); on
+    another C library nothing is done and the answer is False."""
+    import platform
+
+    from curi.renderers.rerender import _keep_freed_memory
+
+    kept = _keep_freed_memory()
+    assert kept is (platform.libc_ver()[0] == "glibc")

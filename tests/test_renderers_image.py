@@ -155,3 +155,94 @@ def test_metal_cylinder_is_cleanly_shiny(renderer):
     # (they read as dark streaks at this size): the cylinder looks the same beside the cube.
     assert alone.amin(0)[body].max() > 0.85
     assert (alone - beside).abs().amax(0)[body].max() < 0.02
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (5, 7, 3), (6, 9), (4, 3, 1), (3, 4, 2), (8, 5, 4)])
+def test_png_writer_is_lossless_for_every_channel_count(tmp_path, shape):
+    """Our own PNG writer (Sub filter, zlib at PNG_LEVEL): PIL verifies it and reads back the
+    same pixels, for grey, grey + alpha, RGB and RGBA of odd sizes."""
+    import io
+
+    from PIL import Image
+
+    from curi.renderers.image import png_bytes
+
+    im = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    data = png_bytes(im)
+    Image.open(io.BytesIO(data)).verify()  # chunk CRCs and structure
+    back = np.asarray(Image.open(save_png(im, tmp_path / "a.png")))
+    assert np.array_equal(back, im.squeeze(-1) if shape[-1:] == (1,) else im)
+    assert (tmp_path / "a.png").read_bytes() == data
+    with pytest.raises(ValueError, match="uint8"):
+        png_bytes(im.astype(np.float32))
+
+
+def test_export_equals_the_quantised_render_across_chunks(tmp_path):
+    """export draws and quantises chunk by chunk, channels last, in one reused canvas: the
+    same bytes as quantising `render`'s float images, for a size of partial tiles."""
+    from PIL import Image
+
+    recs = sample_scenes(5, seed=4).records(range(5))
+    r = ImageRenderer(width=100, height=70, chunk=2)
+    names = [f"s{i}" for i in range(5)]
+    data = r.export(recs, tmp_path, names)["data"]
+    u8, _ = r.render_uint8(recs)  # (B, H, W, 3) from the float images
+    assert data.shape == (5, 3, 70, 100) and data.flags.c_contiguous
+    assert np.array_equal(data, u8.transpose(0, 3, 1, 2))
+    for i, name in enumerate(names):
+        assert np.array_equal(np.asarray(Image.open(tmp_path / f"{name}.png")), u8[i])
+
+
+def test_tile_coverage_matches_the_per_tile_formula():
+    """The coverage, computed per axis of the tile grid, equals testing every tile against
+    the object's box and its shadow's hull directly (lam in [0, 1] per tile and axis)."""
+    import math
+
+    from curi.renderers.base import pack_records
+    from curi.renderers.image import _TILE, _Objects
+
+    for soft in (True, False):
+        r = ImageRenderer(width=120, height=80, soft_shadows=soft)
+        ob = _Objects(pack_records(sample_scenes(12, seed=9).records(range(12))), r.device)
+        own, shadow = r._coverage(ob)
+        # Bounds of the box and the shadow as _coverage takes them, per object (B, 5, 2).
+        b_lo, b_hi, g_lo, g_hi = _bounds(r, ob)
+        tlo = torch.stack([r._tile_x0, r._tile_y0], -1)[:, None, None]  # (nT, 1, 1, 2)
+        thi = tlo + _TILE
+        valid = ob.valid
+        ref_own = ((tlo < b_hi) & (thi > b_lo)).all(-1) & valid  # (nT, B, 5)
+        ref_shadow = torch.zeros_like(ref_own)
+        for t in range(tlo.shape[0]):
+            lo, hi = 0.0, 1.0
+            ok = torch.ones_like(valid)
+            for a, slope in ((b_hi - tlo[t], g_hi - b_hi), (thi[t] - b_lo, b_lo - g_lo)):
+                root = -a / torch.where(slope == 0, 1e-9, slope)
+                lo = torch.maximum(
+                    torch.as_tensor(lo), torch.where(slope > 0, root, -math.inf).amax(-1)
+                )
+                hi = torch.minimum(
+                    torch.as_tensor(hi), torch.where(slope < 0, root, math.inf).amin(-1)
+                )
+                ok &= ~((slope == 0) & (a <= 0)).any(-1)
+            ref_shadow[t] = (lo <= hi) & ok & valid
+        assert torch.equal(own, ref_own.permute(1, 2, 0))
+        assert torch.equal(shadow, ref_shadow.permute(1, 2, 0))
+        assert shadow[own].all() and own.any()  # an object's own tiles are among its shadow's
+
+
+def _bounds(r, ob):
+    """The screen rectangles of each object's box and of its shadow on the floor, widened by
+    the margin and the penumbra as `ImageRenderer._coverage` widens them."""
+    sx = torch.tensor([-1.0, 1.0, -1.0, 1.0])
+    sy = torch.tensor([-1.0, -1.0, 1.0, 1.0])
+    rad = ob.radius.unsqueeze(-1)
+    cx, cy = ob.centre[..., 0:1] + sx * rad, ob.centre[..., 1:2] + sy * rad
+    top = 2.0 * ob.height.unsqueeze(-1).expand_as(cx)
+    bottom = torch.stack([cx, cy, torch.zeros_like(cx)], -1)
+    upper = torch.stack([cx, cy, top], -1)
+    cast = upper - (upper[..., 2:3] / r._light[2]) * r._light
+    body = r._project(torch.cat([bottom, upper], -2))
+    ground = r._project(torch.cat([bottom, cast], -2))
+    depth = ((ob.centre - r._eye) @ r._fwd).clamp_min(1.0)
+    pen = (r._penumbra * 2.0 * ob.height / r._light[2] * r._focal / depth).unsqueeze(-1) + 1.5
+    return body.amin(-2) - 1.5, body.amax(-2) + 1.5, ground.amin(-2) - pen, ground.amax(-2) + pen
