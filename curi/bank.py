@@ -44,6 +44,7 @@ from curi.concepts import MAX_NESTING, Concept, parse
 from curi.errors import BankError, ConfigError, known_options
 from curi.executor import LOCATION_BINS, BitScenes, execute
 from curi.grammar import sample_concepts
+from curi.machine import available_cores
 from curi.paths import inside, safe_name
 from curi.presets import load_preset
 from curi.prior import length_log_prior
@@ -436,7 +437,7 @@ def build_bank(
 
 def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     timings: dict[str, float] = {}
-    workers = cfg.workers or os.cpu_count() or 1
+    workers = cfg.workers or available_cores()
 
     t = time.perf_counter()
     scenes = sample_scenes(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,6 +16,7 @@ from curi import validate
 from curi.bits import byte_codes, pack_rows, transpose_blocks, unpack_rows
 from curi.divergence import bank_index
 from curi.episodes import EpisodeSampler
+from curi.machine import available_cores
 from curi.oracles.metrics import class_balanced_accuracy_batch, pooled_class_balanced_accuracy
 from curi.oracles.policies import Oracle
 from curi.posterior import predictive_on
@@ -328,7 +328,7 @@ def compositionality_gap(
     log.info("evaluation set: %d scenes (%.1f s)", len(ev), time.perf_counter() - t)
     opts = {"episodes": episodes, "prior": prior, "likelihood": likelihood, "seed": seed}
     _SHARED.update(bank=bank, eval=ev, splits=resolved, opts=opts)
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    workers = min(workers or available_cores(), len(jobs))
     try:
         if workers > 1:
             with mp.get_context("fork").Pool(workers) as pool:

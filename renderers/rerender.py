@@ -12,7 +12,6 @@ import itertools
 import json
 import logging
 import multiprocessing
-import os
 import zipfile
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -23,6 +22,7 @@ import torch
 
 from curi.atomic import atomic_dir, atomic_path, write_text
 from curi.export import EpisodeFileError, count_episodes, read_episode_file
+from curi.machine import available_cores
 from curi.renderers.base import Renderer
 
 __all__ = [
@@ -106,11 +106,7 @@ more cores (a bound on memory; ask for more with ``workers``)."""
 
 def default_workers() -> int:
     """One worker process per core this process may run on, at most `MAX_WORKERS`."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_WORKERS))
+    return min(available_cores(), MAX_WORKERS)
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
