@@ -3,12 +3,13 @@ baseline of the same sizes, and the time, per bank preset.
 
 Run (nice'd on a shared host):
     nice python benchmarks/bench_mcd.py --banks default paper --validation 0 0.1
-    nice python benchmarks/bench_mcd.py --banks paper --validation 0 --restarts 3
+    nice python benchmarks/bench_mcd.py --banks paper --validation 0 --restarts 1 4
 
 Prints one JSON line per run and a Markdown table at the end. Times are wall-clock seconds (and
-the process's CPU seconds, less sensitive to a busy host) on whatever machine runs it: the DBCA
-index of the bank (compounds and weights, once per bank), then each split (greedy,
-refinement, repair, measurement); the 1-minute load average says how busy the host was."""
+CPU seconds of the process and its restart workers, less sensitive to a busy host) on whatever
+machine runs it: the DBCA index of the bank (compounds and weights, once per bank), then each
+split (greedy, refinement, repair, measurement); the 1-minute load average says how busy the
+host was."""
 
 from __future__ import annotations
 
@@ -16,11 +17,18 @@ import argparse
 import itertools
 import json
 import os
+import resource
 import time
 
 from curi import build_bank, load_bank
 from curi.divergence import bank_index
 from curi.splits import make_split
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the finished worker processes (restarts run side by side)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def main() -> None:
@@ -31,9 +39,11 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--train", type=float, default=0.4)
     ap.add_argument("--test", type=float, default=0.1)
-    ap.add_argument("--refine", type=float, default=1.0)
+    ap.add_argument("--refine", type=float, default=None)
     ap.add_argument("--candidates", nargs="+", type=int, default=[None])
-    ap.add_argument("--restarts", type=int, default=1)
+    ap.add_argument("--restarts", nargs="+", type=int, default=[None])
+    ap.add_argument("--workers", type=int, default=0, help="0: one per core")
+    ap.add_argument("--val-weight", type=float, default=None)
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args()
     rows = []
@@ -46,15 +56,21 @@ def main() -> None:
             bank_index(bank, compound_kind=kind)
             index_s = time.perf_counter() - t
             index_cpu_s = time.process_time() - c
-            for val, cands, seed in itertools.product(args.validation, args.candidates, args.seeds):
-                t, c = time.perf_counter(), time.process_time()
+            runs = itertools.product(args.validation, args.candidates, args.restarts, args.seeds)
+            for val, cands, restarts, seed in runs:
+                t, c, cc = time.perf_counter(), time.process_time(), _children_cpu()
                 s = make_split(bank, {"name": "mcd", "rule": "mcd", "train": args.train,
                                       "test": args.test, "validation": val, "seed": seed,
-                                      "compounds": kind, "refine": args.refine,
-                                      "restarts": args.restarts, "progress": False,
-                                      **({"candidates": cands} if cands else {})})  # fmt: skip
+                                      "compounds": kind,
+                                      "workers": args.workers, "progress": False,
+                                      **({"candidates": cands} if cands else {}),
+                                      **({"refine": args.refine}
+                                         if args.refine is not None else {}),
+                                      **({"restarts": restarts} if restarts else {}),
+                                      **({"val_weight": args.val_weight}
+                                         if args.val_weight is not None else {})})  # fmt: skip
                 split_s = time.perf_counter() - t
-                split_cpu_s = time.process_time() - c
+                split_cpu_s = time.process_time() - c + _children_cpu() - cc
                 i = s.info
                 row = {"bank": name, "concepts": len(bank), "groups": i["groups"]["all"],
                        "compounds": kind, "validation": val, "seed": seed,
@@ -63,6 +79,9 @@ def main() -> None:
                        "d_compound_random": i["d_compound_random"],
                        "ratio": round(i["d_compound"] / i["d_compound_random"], 1),
                        "d_compound_val": i.get("d_compound_val"),
+                       "d_compound_stage1": i.get("d_compound_stage1"),
+                       "objectives": i.get("objectives"), "workers": args.workers,
+                       "phase_seconds": i.get("phase_seconds"),
                        "absent_atoms": i["test_atoms_absent_from_train"],
                        "load_s": round(load_s, 1), "index_s": round(index_s, 1),
                        "split_s": round(split_s, 1), "index_cpu_s": round(index_cpu_s, 1),
@@ -72,6 +91,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
     keys = ["bank", "concepts", "groups", "compounds", "validation", "candidates", "restarts",
             "seed", "d_compound", "d_atom", "d_compound_random", "ratio", "d_compound_val",
+            "d_compound_stage1",
             "absent_atoms", "index_s", "index_cpu_s", "split_s", "split_cpu_s",
             "load_avg_1m"]  # fmt: skip
     print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
