@@ -84,6 +84,17 @@ def open_bank_from_config(cfg: DictConfig, *, build: bool | None = None) -> Conc
     )
 
 
+def split_from_config(bank: ConceptBank, cfg: DictConfig):
+    """The split of a command's config (``split`` group) on `bank`; a generated split's own
+    progress bars (rule ``mcd``) follow the command's ``progress``."""
+    from curi.splits import make_split
+
+    spec = OmegaConf.to_container(cfg.split, resolve=True)
+    if isinstance(spec, dict) and "progress" in spec and not cfg.get("progress", True):
+        spec["progress"] = False
+    return make_split(bank, spec)
+
+
 def bank(cfg: DictConfig) -> None:
     """Build a concept bank (scenes, concepts, truth matrix, eval set) under data_dir."""
     b = open_bank_from_config(cfg, build=True)
@@ -96,10 +107,9 @@ def split(cfg: DictConfig) -> None:
     ``save=FILE.json``)."""
     from curi.divergence import split_divergences
     from curi.predictors import split_easiness
-    from curi.splits import make_split
 
     bank = open_bank_from_config(cfg)
-    s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
+    s = split_from_config(bank, cfg)
     groups = bank.groups
     report = {
         "split": s.name,
@@ -121,12 +131,11 @@ def episodes(cfg: DictConfig) -> None:
     """Export episodes with scene records (JSON lines, parquet or WebDataset tar shards,
     optionally with each scene's rendered file: ``media=image|sound``) and a dataset card."""
     from curi.export import check_export_options, export_episodes, get_media
-    from curi.splits import make_split
 
     check_export_options(cfg.n, cfg.shard_size, cfg.seed)  # before building a bank
     media = None if cfg.media is None else get_media(cfg.media, cfg.out)
     bank = open_bank_from_config(cfg)
-    s = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
+    s = split_from_config(bank, cfg)
     out = export_episodes(
         bank,
         s,

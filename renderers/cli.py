@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi import validate
-from curi.commands import open_bank_from_config
+from curi.commands import open_bank_from_config, split_from_config
 from curi.errors import ConfigError
 from curi.renderers import get_renderer
 from curi.renderers.rerender import default_workers, render_episode_file
@@ -76,9 +76,9 @@ def _check_show(cfg: DictConfig) -> None:
 def _show_episode(bank, cfg: DictConfig) -> None:
     """Episode `cfg.episode` of (split, subset, negatives, seed) as a PNG sheet (support and
     query grids, positives and negatives marked, the concept on top) and an HTML page."""
-    from curi import EpisodeSampler, make_split, parse
+    from curi import EpisodeSampler, parse
 
-    split = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
+    split = split_from_config(bank, cfg)
     sampler = EpisodeSampler(
         bank, split, cfg.subset, cfg.negatives, seed=cfg.seed, query_negatives=cfg.query_negatives
     )

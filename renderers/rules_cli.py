@@ -7,10 +7,10 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from curi import validate
-from curi.commands import open_bank_from_config
+from curi.commands import open_bank_from_config, split_from_config
 from curi.errors import ConceptError, ConfigError
 from curi.renderers.text_export import export_rule_tasks
 from curi.tasks import RuleTaskSampler, format_mix
@@ -55,9 +55,8 @@ def rules(cfg: DictConfig) -> None:
     n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
     user_rules = read_rules(cfg.rules) if cfg.rules else None  # before building a bank
     bank = open_bank_from_config(cfg)
-    from curi.splits import make_split
 
-    split = make_split(bank, OmegaConf.to_container(cfg.split, resolve=True))
+    split = split_from_config(bank, cfg)
     sampler = RuleTaskSampler(
         bank, split, cfg.subset, negatives=cfg.negatives, seed=cfg.seed,
         hypotheses=cfg.hypotheses, theta=cfg.theta, rule_rate=cfg.rule_rate,

@@ -50,3 +50,24 @@ def test_split_command_saves_a_split_that_loads_back(tiny_bank_dir, tmp_path, ca
     again = make_split(bank, out)
     want = make_split(bank, {"name": "bc", "rule": "binding", "held_out": ["cyan"]})
     assert again.test.tolist() == want.test.tolist() and again.train.tolist() == want.train.tolist()
+
+
+def test_a_generated_splits_progress_follows_the_command(tiny_bank_dir, capsys):
+    """`curi split split=mcd progress=false` shows no bars (the rule's own `progress` key
+    stays true in conf/split/mcd.yaml)."""
+    from curi.commands import split
+
+    cfg = OmegaConf.create(
+        {
+            "bank": dataclasses.asdict(TINY),
+            "data_dir": str(tiny_bank_dir.parent),
+            "progress": False,
+            "split": {"name": "m", "rule": "mcd", "restarts": 1, "progress": True},
+        }
+    )
+    split(cfg)
+    out, err = capsys.readouterr()
+    assert "d_compound" in out and "mcd" not in err
+    cfg.progress = True
+    split(cfg)
+    assert "mcd" in capsys.readouterr().err  # the bars, which the check above would catch
