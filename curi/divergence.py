@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from curi.compounds import COMPOUND_KINDS, TOP_N, dbca_entries
+from curi.compounds import COMPOUND_KINDS, TOP_N, _groups, dbca_entries
 from curi.concepts import Concept, Node, parse
 from curi.prior import length_log_prior
 from curi.rng import derive_rng
@@ -181,8 +181,7 @@ class _Sparse:
         order of first appearance, as the Counter constructor numbers them."""
         out = cls()
         keys = np.asarray(keys, dtype=np.int64)
-        order = np.argsort(keys, kind="stable")
-        starts = np.flatnonzero(np.r_[True, np.diff(keys[order]) != 0]) if keys.size else order
+        order, starts = _groups(keys)
         used = keys[np.sort(order[starts])]  # the keys in order of first appearance
         rank = np.zeros(int(keys.max()) + 1 if keys.size else 0, dtype=np.int64)
         rank[used] = np.arange(len(used))
@@ -296,7 +295,8 @@ class DivergenceIndex:
             first.append(cache[item])
         roots = [canonical_tree(c) for c in parsed]
         self.lengths = np.asarray([len(parsed[i]) for i in first], dtype=np.int64)
-        self._atoms = _Sparse([Counter(n.op for n in roots[i].walk()) for i in first])
+        atom_counts = [Counter(n.op for n in r.walk()) for r in roots]
+        self._atoms = _Sparse([atom_counts[i] for i in first])
         if compound_kind == "depth2":
             compound_counts = [compounds(c) for c in parsed]
             self._compounds = _Sparse([compound_counts[i] for i in first])

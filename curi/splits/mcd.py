@@ -357,8 +357,8 @@ class _Greedy:
             dmiss_all += miss_new - miss
         return total, dmiss_all
 
-    def sample(self, items: _Members, k: int | None = None) -> np.ndarray:
-        k = min(k or self.o.candidates, len(items))
+    def sample(self, items: _Members) -> np.ndarray:
+        k = min(self.o.candidates, len(items))
         return items.view()[self.rng.choice(len(items), size=k, replace=False)]
 
     def put(self, side: int, x: int) -> None:
@@ -468,7 +468,10 @@ class _Greedy:
             sizes = {s: len(self.sides[s].members) for s in grow}
             self.remove(grow)
             for s in grow:
-                while len(self.sides[s].members) < sizes[s] and self.add(s, no_missing=True):
+                while (
+                    len(self.sides[s].members) < sizes[s]
+                    and self.add(s, no_missing=True) is not None
+                ):
                     pass
         return cycles
 
