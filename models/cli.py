@@ -94,12 +94,12 @@ def baselines(cfg: DictConfig) -> None:
     out = Path(cfg.output_dir)
     kw = {"seeds": c["seeds"], "negatives": c["negatives"], "embed_dim": c["embed_dim"],
           "device": c["device"], "data_dir": c["data_dir"], "out_dir": out}  # fmt: skip
-    plan_runs(plan, bank=c["bank"], train=c["train"], **kw)  # every run checked before the bank
+    # every run checked before the bank opens (run_baselines then sets each run's bank config)
+    runs = plan_runs(plan, bank=c["bank"], train=c["train"], **kw)
     check_eval_options(episodes=c["episodes"], seed=c["eval_seed"],
                        batch_size=c["eval_batch_size"], num_workers=0, chunk=1)  # fmt: skip
     bank = open_bank(c["bank"], c["data_dir"], progress=c["progress"],
                      build=True if c["build"] else None)  # fmt: skip
-    runs = plan_runs(plan, bank=bank.config, train=c["train"], **kw)
     table = run_baselines(
         runs, bank=bank, out_dir=out, episodes=c["episodes"], eval_seed=c["eval_seed"],
         oracles=c["oracles"], prior=c["prior"], likelihood=c["likelihood"],
