@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _report import DOC, machine, write_section
+from _report import DOC, children_cpu, machine, write_section
 
 from curi.renderers import get_renderer
 from curi.renderers.rerender import default_workers
@@ -146,8 +145,8 @@ def time_stages(repeats: int, n: int = 50) -> dict:
 
     from PIL import Image
 
-    from curi.renderers.base import pack_records
-    from curi.renderers.image import PNG_LEVEL, _png_file, _png_scanlines, _uint8, save_png
+    from curi.renderers.base import pack_records, to_uint8
+    from curi.renderers.image import PNG_LEVEL, _png_file, _png_scanlines, save_png
     from curi.renderers.rerender import _keep_freed_memory, _save_npz
 
     torch.set_num_threads(1)
@@ -175,7 +174,7 @@ def time_stages(repeats: int, n: int = 50) -> dict:
     def before_ray_casting():  # float images, quantised as a whole (the export before)
         with torch.inference_mode():
             img = image.render_packed(pack_records(recs)).data
-            return _uint8(img, in_place=True).numpy()
+            return to_uint8(img).numpy()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -243,17 +242,12 @@ def _stages_markdown(res: dict, args) -> str:
     )
 
 
-def _children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def _curi(*args: str, cwd: Path) -> tuple[float, float]:
     """Wall and CPU seconds (the child's, all its threads) of one `curi` command."""
-    w, c = time.perf_counter(), _children_cpu()
+    w, c = time.perf_counter(), children_cpu()
     subprocess.run([sys.executable, "-c", "from curi.cli import main; main()", *args],
                    cwd=cwd, check=True, capture_output=True)  # fmt: skip
-    return time.perf_counter() - w, _children_cpu() - c
+    return time.perf_counter() - w, children_cpu() - c
 
 
 def time_rerender(episodes: int, repeats: int, settings: dict[str, list[str]]) -> list[dict]:

@@ -21,7 +21,7 @@ from torch import Tensor
 from curi.atomic import atomic_path, owner_alive, remove, temporaries, write_text
 from curi.errors import ConfigError
 from curi.renderers import Renderer
-from curi.renderers.base import pack_scenes
+from curi.renderers.base import pack_scenes, to_uint8
 
 __all__ = ["CACHE_FORMAT", "CachedScenes", "RenderCache", "cache_identity", "open_render_cache"]
 
@@ -115,7 +115,7 @@ def _build(path: Path, bank, renderer: Renderer, identity: dict, *, chunk: int,
         for lo in range(0, n, chunk):
             ids = np.arange(lo, min(n, lo + chunk))
             x = renderer.render_packed(pack_scenes(bank.scenes, ids)).data
-            u8 = (x.float() * 255.0 + 0.5).clamp_(0, 255).to(torch.uint8)
+            u8 = to_uint8(x.float())
             out[lo : lo + len(ids)] = u8.cpu().numpy()
             bar.update(len(ids))
         bar.close()

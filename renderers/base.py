@@ -38,6 +38,7 @@ __all__ = [
     "pack_records",
     "pack_scenes",
     "register_renderer",
+    "to_uint8",
 ]
 
 _VOCAB = {"shape": SHAPES, "color": COLORS, "material": MATERIALS, "size": SIZES}
@@ -192,6 +193,17 @@ class Rendered(NamedTuple):
 
     data: torch.Tensor
     mask: torch.Tensor | None = None
+
+
+def to_uint8(
+    x: torch.Tensor, *, scratch: torch.Tensor | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Values in [0, 1] as uint8, round(255 x): the one quantisation of every PNG, export
+    and render cache. `scratch` (float, x's shape, any layout) holds the float temporary if
+    given; `out`: a uint8 tensor of x's shape to write to (and return)."""
+    y = x * 255.0 if scratch is None else torch.mul(x, 255.0, out=scratch)
+    y = y.add_(0.5).clamp_(0, 255)
+    return y.to(torch.uint8) if out is None else out.copy_(y)
 
 
 class Renderer(abc.ABC):

@@ -14,7 +14,14 @@ import numpy as np
 import torch
 
 from curi.atomic import atomic_path
-from curi.renderers.base import Packed, Rendered, Renderer, pack_records, register_renderer
+from curi.renderers.base import (
+    Packed,
+    Rendered,
+    Renderer,
+    pack_records,
+    register_renderer,
+    to_uint8,
+)
 from curi.scenes import COLOR_RGB, COLORS, RADII, SHAPES, Camera
 
 __all__ = ["PNG_LEVEL", "ImageRenderer", "png_bytes", "render_images", "save_png"]
@@ -515,7 +522,7 @@ class ImageRenderer(Renderer):
 
     @torch.inference_mode()
     def _render_hwc(self, packed: Packed) -> torch.Tensor:
-        """`render_packed` quantised by `_uint8`, channels last: uint8 (B, H, W, 3) on
+        """`render_packed` quantised by `to_uint8`, channels last: uint8 (B, H, W, 3) on
         `device`. Each chunk is quantised as soon as it is drawn (while it is in the cache),
         and transposed on the way, in float: a uint8 transpose to (H, W, 3) for the PNGs
         cost 3x more, the way back to (3, H, W) for the arrays is cheap."""
@@ -528,13 +535,13 @@ class ImageRenderer(Renderer):
             img = canvas[: len(part)]
             self._render_chunk(part, img)
             hwc = img[:, :, :H, :W].permute(0, 2, 3, 1)
-            _uint8(hwc, scratch=scratch[: len(part)], out=out[lo : lo + len(part)])
+            to_uint8(hwc, scratch=scratch[: len(part)], out=out[lo : lo + len(part)])
         return out
 
     def render_uint8(self, records: Sequence[dict]) -> tuple[np.ndarray, torch.Tensor]:
         """Render and return ``(uint8 array (B, H, W, 3), float tensor (B, 3, H, W))``."""
         img = self.render(records).data
-        return _uint8(img).permute(0, 2, 3, 1).cpu().numpy(), img
+        return to_uint8(img).permute(0, 2, 3, 1).cpu().numpy(), img
 
     def export(
         self,
@@ -558,24 +565,6 @@ class ImageRenderer(Renderer):
         """One PNG file's bytes per record (exports with rendered files)."""
         hwc = self._render_hwc(pack_records(records)).cpu().numpy()  # (B, H, W, 3)
         return [_png_file(r, 3) for r in _png_scanlines(hwc)]
-
-
-def _uint8(
-    img: torch.Tensor,
-    *,
-    in_place: bool = False,
-    scratch: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Float images in [0, 1] as uint8, round(255 x): the one quantisation of every PNG and
-    export. `in_place` reuses `img`'s memory (it is overwritten), or `scratch` (float, img's
-    shape, any layout) is used; `out`: a uint8 tensor of img's shape to write to (and return)."""
-    if in_place:
-        x = img.mul_(255.0)
-    else:
-        x = img * 255.0 if scratch is None else torch.mul(img, 255.0, out=scratch)
-    x = x.add_(0.5).clamp_(0, 255)
-    return x.to(torch.uint8) if out is None else out.copy_(x)
 
 
 def render_images(
@@ -633,9 +622,9 @@ def _png_file(rows: np.ndarray, channels: int) -> bytes:
 
 def _hwc(image: np.ndarray | torch.Tensor) -> np.ndarray:
     """One image as uint8 (H, W, C): a uint8 array (H, W, C) or (H, W) as it is, a float
-    tensor (C, H, W) in [0, 1] quantised as `_uint8` does."""
+    tensor (C, H, W) in [0, 1] quantised as `to_uint8` does."""
     if isinstance(image, torch.Tensor):
-        image = _uint8(image.detach().cpu().clamp(0, 1)).permute(1, 2, 0).numpy()
+        image = to_uint8(image.detach().cpu().clamp(0, 1)).permute(1, 2, 0).numpy()
     image = np.asarray(image)
     if image.ndim == 2:
         image = image[:, :, None]
