@@ -122,6 +122,11 @@ class SoundConfig:
         return int(round(self.duration * self.sample_rate))
 
     @property
+    def spectrogram_shape(self) -> tuple[int, int]:
+        """(frequency bins, frames) of one spectrogram: (n_fft // 2 + 1, 1 + samples // hop)."""
+        return (self.n_fft // 2 + 1, 1 + self.num_samples // self.hop_length)
+
+    @property
     def note_samples(self) -> int:
         return int(round(self.note_duration * self.sample_rate))
 
@@ -368,8 +373,7 @@ class SoundRenderer(Renderer):
 
     @property
     def item_shape(self) -> tuple[int, ...]:
-        c = self.config
-        return (c.n_fft // 2 + 1, 1 + c.num_samples // c.hop_length)
+        return self.config.spectrogram_shape
 
     @property
     def value_range(self) -> tuple[float, float]:

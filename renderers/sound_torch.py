@@ -153,5 +153,4 @@ class TorchSound:
     @property
     def item_shape(self) -> tuple[int, int]:
         """(n_fft // 2 + 1, frames) of one spectrogram."""
-        c = self.config
-        return (c.n_fft // 2 + 1, 1 + c.num_samples // c.hop_length)
+        return self.config.spectrogram_shape
