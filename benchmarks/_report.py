@@ -52,6 +52,12 @@ def peak_rss_gib() -> float:
     return max(own, kids) / 2**20
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished child processes so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def write_section(name: str, body: str, doc: Path = DOC) -> None:
     """Replace (or append) the section between ``<!-- bench:name -->`` markers of `doc`."""
     doc.parent.mkdir(exist_ok=True)

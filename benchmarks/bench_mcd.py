@@ -17,18 +17,13 @@ import argparse
 import itertools
 import json
 import os
-import resource
 import time
+
+from _report import children_cpu
 
 from curi import build_bank, load_bank
 from curi.divergence import bank_index
 from curi.splits import make_split
-
-
-def _children_cpu() -> float:
-    """CPU seconds of the finished worker processes (restarts run side by side)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def main() -> None:
@@ -58,7 +53,7 @@ def main() -> None:
             index_cpu_s = time.process_time() - c
             runs = itertools.product(args.validation, args.candidates, args.restarts, args.seeds)
             for val, cands, restarts, seed in runs:
-                t, c, cc = time.perf_counter(), time.process_time(), _children_cpu()
+                t, c, cc = time.perf_counter(), time.process_time(), children_cpu()
                 s = make_split(bank, {"name": "mcd", "rule": "mcd", "train": args.train,
                                       "test": args.test, "validation": val, "seed": seed,
                                       "compounds": kind,
@@ -70,7 +65,7 @@ def main() -> None:
                                       **({"val_weight": args.val_weight}
                                          if args.val_weight is not None else {})})  # fmt: skip
                 split_s = time.perf_counter() - t
-                split_cpu_s = time.process_time() - c + _children_cpu() - cc
+                split_cpu_s = time.process_time() - c + children_cpu() - cc
                 i = s.info
                 row = {"bank": name, "concepts": len(bank), "groups": i["groups"]["all"],
                        "compounds": kind, "validation": val, "seed": seed,

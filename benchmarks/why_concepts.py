@@ -30,7 +30,8 @@ from collections import Counter
 import numpy as np
 
 from curi import load_bank
-from curi.concepts import BINARY_BOOL, COMPARISONS, Node, parse
+from curi.concepts import COMPARISONS, parse
+from curi.divergence import canonical_tree
 from curi.executor import BitScenes, execute
 from curi.grammar import sample_concepts
 from curi.oracles.paper import RELEASE_CONCEPTS
@@ -73,15 +74,6 @@ def split_sizes(view) -> dict[str, tuple[int, int, int]]:
         s = make_split(view, name)
         out[name] = (len(s.train), len(s.test), len(s.dropped))
     return out
-
-
-def canonical(node: Node) -> Node:
-    """`node` with the operands of the commutative operators (and, or, =) in sorted order: two
-    concepts with the same canonical tree are the same concept written two ways."""
-    args = tuple(canonical(a) for a in node.args)
-    if node.op in (*BINARY_BOOL, "=") and len(args) == 2:
-        args = tuple(sorted(args, key=lambda a: " ".join(a.postfix())))
-    return Node(node.op, args)
 
 
 def shape_of(text: str) -> str:
@@ -238,8 +230,7 @@ def dedup(bank) -> list[str]:
     shortest = order[np.r_[True, g[order][1:] != g[order][:-1]]]
     canon: dict[str, int] = {}
     for i, s in enumerate(bank.concepts):
-        c = parse(s)
-        canon.setdefault(" ".join(canonical(c.body).postfix()) + f" {c.quantifier}", i)
+        canon.setdefault(" ".join(canonical_tree(s).postfix()), i)  # and, or, = sorted
     variants = {
         "all (spec)": np.arange(len(bank)),
         "one per synonym group (first drawn)": first,
