@@ -10,12 +10,14 @@ places under such a folder is."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
-from curi.errors import ConfigError
+from curi.errors import ConfigError, CuriError
 
-__all__ = ["inside", "safe_name"]
+__all__ = ["inside", "regular_file", "safe_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -76,4 +78,27 @@ def inside(
             f"{what} {str(name)!r} resolves to {target}, outside {root}; give a name that stays "
             f"inside that folder (no '..', absolute path or symlink leading out of it){hint}"
         )
+    return path
+
+
+def regular_file(path: str | Path, what: str, error: type[CuriError] = ConfigError) -> Path:
+    """`path`, once it is a regular file (or a symlink to one). Opening a FIFO for reading
+    blocks until a writer comes, forever if none does, and a device or a folder is no file
+    of ours either: every file curi reads that a user or another process could replace (a
+    bank's manifest, a split file, an episode file) is checked here first.
+
+    Raises:
+        error: naming `what`, the path and what it is instead (missing, a folder, a FIFO ...).
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise error(f"{what} {str(path)!r} does not exist") from None
+    except OSError as e:  # a name too long, a loop of symlinks, no permission ...
+        raise error(f"{what} {str(path)!r} cannot be read: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else (
+            "a socket" if stat.S_ISSOCK(mode) else "a device or other special file")
+        raise error(f"{what} {str(path)!r} is {kind}, not a regular file")
     return path
