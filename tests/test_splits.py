@@ -1,6 +1,7 @@
 """Split rules on hand-made concept lists, configs from YAML and Python, and the checks."""
 
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,6 +126,16 @@ def test_paper_splits_on_a_real_bank_are_disjoint(tiny_bank):
         ({"name": "x", "rule": "binding", "held_out": ["red"], "val": "sometimes"}, "val must"),
         ({"name": "x", "rule": "length", "treshold": 3}, "unknown split option"),
         ({"name": "x", "rule": "random_groups", "fractions": [0.5, 0.5, 0.5]}, "sum"),
+        # NaN passed every check and failed in numpy with a traceback
+        (
+            {"name": "x", "rule": "random_groups", "fractions": [float("nan"), 1, 1]},
+            r"fractions\[0\] must be a number in \[0, inf\], got nan",
+        ),
+        (
+            {"name": "x", "rule": "random_groups", "fractions": [1.5, -0.5, 0]},
+            r"fractions\[1\] must be a number in \[0, inf\], got -0.5",
+        ),
+        ({"name": "x", "rule": "mcd", "train": float("nan")}, "train must be a number in"),
     ],
 )
 def test_bad_split_configs_are_clear_errors(cfg, match):
@@ -285,3 +296,38 @@ def test_rule_options_belong_to_their_rule():
     assert _same(plain, extra)
     with pytest.raises(SplitError, match="needs a number as threshold"):
         make_split(BANK, {"name": "x", "rule": "length", "threshold": "long"})
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda d: {**d, "test": [10**30]}, r"test\[0\] = 10{30}.* outside"),
+        (lambda d: {**d, "test": [-1]}, r"test\[0\] = -1 is outside"),
+        (lambda d: {**d, "train": [i + 0.5 for i in d["train"]]}, r"train\[0\] is float 1.5"),
+        (lambda d: {**d, "train": [float(i) for i in d["train"]]}, r"train\[0\] is float 1.0"),
+        (lambda d: {**d, "train": [[i] for i in d["train"]]}, r"train\[0\] is list \[1\]"),
+        (lambda d: {**d, "test": [True]}, r"test\[0\] is bool True"),
+        (lambda d: {**d, "test": {"0": 0}}, "test is dict, not a list"),
+    ],
+)
+def test_saved_split_refuses_bad_indices(edit, match, tmp_path):
+    # each of these was read as if it were the original split (floats truncated, nested
+    # lists flattened, True taken as 1) or ended in an OverflowError traceback
+    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    with pytest.raises(SplitError, match=f"split file '{path}': {match}"):
+        make_split(BANK, path)
+
+
+def test_saved_split_refuses_deep_nesting_and_special_files(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)  # json.loads: RecursionError
+    with pytest.raises(SplitError, match="is not readable JSON: nested too deeply"):
+        make_split(BANK, deep)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it would block until a writer comes: forever
+    for spec in (fifo, str(fifo), {"name": "x", "rule": "file", "path": str(fifo)}):
+        with pytest.raises(SplitError, match="is a FIFO, not a regular file"):
+            make_split(BANK, spec)
+    with pytest.raises(SplitError, match="is a folder"):
+        make_split(BANK, {"name": "x", "rule": "file", "path": str(tmp_path)})

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from curi.errors import SplitError
+from curi import validate
+from curi.errors import ConfigError, SplitError
 from curi.rng import derive_rng
 from curi.splits.base import Split, check_split, groups_to_subsets
 from curi.splits.rules import register_split_rule
@@ -28,8 +29,13 @@ class RandomGroupsOptions:
     fractions: tuple[float, float, float] = (0.8, 0.05, 0.15)
 
     def __post_init__(self) -> None:
-        fractions = tuple(float(f) for f in self.fractions)
-        if len(fractions) != 3 or abs(sum(fractions) - 1) > 1e-6 or min(fractions) < 0:
+        try:  # NaN passed both checks below and failed later in numpy with a traceback
+            fractions = tuple(
+                validate.number(f, f"fractions[{i}]", low=0) for i, f in enumerate(self.fractions)
+            )
+        except ConfigError as e:
+            raise SplitError(f"rule random_groups: {e}") from None
+        if len(fractions) != 3 or abs(sum(fractions) - 1) > 1e-6:
             raise SplitError(
                 f"rule random_groups: fractions must be 3 non-negative numbers summing to 1, "
                 f"got {list(fractions)}"

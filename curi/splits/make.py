@@ -70,7 +70,7 @@ def make_split(
         return finish(name, bank, ~test, test, val="same_as_test", seed=seed)
     if isinstance(name_or_cfg, str):
         if name_or_cfg.endswith(".json") and name_or_cfg not in list_splits():
-            if Path(name_or_cfg).expanduser().is_file():
+            if os.path.exists(Path(name_or_cfg).expanduser()):  # the file rule refuses a FIFO
                 return load_split(bank, name_or_cfg)
         spec = _load_named(name_or_cfg)
     elif isinstance(name_or_cfg, SplitSpec):

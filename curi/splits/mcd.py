@@ -33,9 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from curi import validate
 from curi.compounds import COMPOUND_KINDS
 from curi.divergence import ATOM_ALPHA, COMPOUND_ALPHA, WEIGHTINGS, bank_index
-from curi.errors import SplitError
+from curi.errors import ConfigError, SplitError
 from curi.machine import available_cores
 from curi.rng import derive_rng
 from curi.splits.base import Split, check_split
@@ -47,6 +48,7 @@ __all__ = ["McdOptions", "mcd_units"]
 log = logging.getLogger(__name__)
 DA_PENALTY = 20.0  # objective cost per unit of D_A above max_da
 MISS_PENALTY = 0.02  # objective cost per test atom below min_atom_count in train
+SHARES = ("train", "test", "validation")  # the options that are shares of the groups
 POLISH_CYCLES = 500  # at most this many remove-and-add cycles to bring D_A under max_da
 
 
@@ -104,7 +106,10 @@ class McdOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        shares = [float(self.train), float(self.test), float(self.validation)]
+        try:  # NaN would pass the comparisons below
+            shares = [validate.number(getattr(self, k), k, low=0, high=1) for k in SHARES]
+        except ConfigError as e:
+            raise SplitError(f"rule mcd: {e}") from None
         if min(shares) < 0 or shares[0] <= 0 or shares[1] <= 0 or sum(shares) > 1 + 1e-9:
             raise SplitError(
                 f"rule mcd: train, test and validation must be shares of the synonym groups "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import numpy as np
 
 from curi.atomic import write_text
 from curi.errors import SplitError
+from curi.paths import regular_file
 from curi.splits.base import SUBSETS, Split, check_split
 from curi.splits.rules import register_split_rule
 from curi.splits.spec import SplitSpec
@@ -99,12 +102,14 @@ def load_split(bank, path: str | Path, *, name: str | None = None) -> Split:
 
 
 def _read(path: Path) -> dict:
-    if not path.is_file():
+    if not os.path.exists(path):  # a dangling symlink too; regular_file says the rest
         raise SplitError(f"split file {str(path)!r} not found; write one with Split.save")
+    regular_file(path, "split file", SplitError)  # a FIFO would block the read forever
     try:
         doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SplitError(f"split file {str(path)!r} is not readable JSON: {e}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        what = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise SplitError(f"split file {str(path)!r} is not readable JSON: {what}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SplitError(f"split file {str(path)!r} is not a saved curi split")
     if doc.get("version") != VERSION:
@@ -119,15 +124,28 @@ def _read(path: Path) -> dict:
 
 
 def _indices(values, n: int, path: Path, part: str) -> np.ndarray:
-    """One part's indices as a sorted int64 array, checked against the bank's size."""
-    try:
-        arr = np.asarray(values, dtype=np.int64).reshape(-1)
-    except (TypeError, ValueError):
-        raise SplitError(f"split file {str(path)!r}: {part} is not a list of integers") from None
-    if arr.size and (arr.min() < 0 or arr.max() >= n):
-        raise SplitError(f"split file {str(path)!r}: {part} has indices outside 0..{n - 1}")
+    """One part's indices as a sorted int64 array: a flat list of plain integers (no float,
+    even 3.0, no bool, no nested list: `save_split` writes none), each a concept of the bank.
+
+    Raises:
+        SplitError: naming the file, the part and the first bad entry.
+    """
+    where = f"split file {str(path)!r}: {part}"
+    if not isinstance(values, list):
+        raise SplitError(f"{where} is {type(values).__name__}, not a list of concept indices")
+    for i, v in enumerate(values):
+        if type(v) is not int:  # bool is a subclass of int: refused too
+            raise SplitError(
+                f"{where}[{i}] is {type(v).__name__} {reprlib.repr(v)}, not an integer concept "
+                "index; write split files with Split.save (curi split ... save=FILE.json)"
+            )
+        if not 0 <= v < n:
+            raise SplitError(
+                f"{where}[{i}] = {reprlib.repr(v)} is outside the bank's concept indices 0..{n - 1}"
+            )
+    arr = np.array(values, dtype=np.int64)
     if np.unique(arr).size != arr.size:
-        raise SplitError(f"split file {str(path)!r}: {part} repeats a concept")
+        raise SplitError(f"{where} repeats a concept")
     return np.sort(arr)
 
 
