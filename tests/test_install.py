@@ -1,5 +1,5 @@
 """The install a user does: a wheel built from the checkout, installed into a fresh environment
-(the test environment's dependencies reused through system site-packages), run from a folder
+(the test environment's dependencies reused through its site-packages), run from a folder
 outside the checkout. Checks that the configuration ships inside the wheel, that no generic
 top-level package (``models``, ``oracles``, ``renderers``) is installed, and that the commands
 and the README's Python example work there."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -67,11 +68,38 @@ def wheel(tmp_path_factory) -> Path:
     return path
 
 
+def _site_dirs() -> list[str]:
+    """The site-packages folders of the interpreter running the tests, where the dependencies
+    are installed: a virtual environment's (and its base's, if it sees them), a conda
+    environment's or the system's, and the user's."""
+    dirs = site.getsitepackages()
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if Path(d).is_dir()]
+
+
+def _reuse_dependencies(env_dir: Path) -> None:
+    """Make the test interpreter's packages importable in the environment at `env_dir`, after
+    its own: one plain folder per line of a ``.pth`` file. ``system_site_packages=True`` would
+    expose the *base* interpreter's packages, which are not the dependencies when the tests run
+    in a virtual environment. Plain lines add folders without running their ``.pth`` files,
+    so the checkout's editable install of curi stays out and the wheel is what is imported."""
+    python = env_dir / "bin" / "python"
+    inner = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(inner, "_curi_test_dependencies.pth").write_text("\n".join(_site_dirs()) + "\n")
+
+
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> Path:
     """The `bin` folder of a fresh virtual environment with the wheel installed."""
     env_dir = tmp_path_factory.mktemp("venv")
-    venv.create(env_dir, system_site_packages=True, with_pip=True)
+    venv.create(env_dir, with_pip=True)
+    _reuse_dependencies(env_dir)
     bin_dir = env_dir / "bin"
     _run(
         [str(bin_dir / "pip"), "install", "--no-deps", "--no-index", "-q", str(wheel)], cwd=env_dir
