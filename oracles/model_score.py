@@ -20,6 +20,7 @@ from curi.oracles.metrics import (
     class_balanced_accuracy_batch,
     pooled_class_balanced_accuracy,
 )
+from curi.paths import regular_file
 from curi.splits import Split, make_split
 
 __all__ = ["Predict", "model_predictions", "score_model", "score_predictions", "score_file"]
@@ -205,14 +206,20 @@ def score_file(path: str | Path, bank, split: Split | str | Mapping, **options) 
     Raises:
         ConfigError: the file is missing or lacks an array.
     """
-    path = Path(path)
+    path = regular_file(path, "the scores file")
+    names = ("query_scores", "eval_scores")
     try:
-        with np.load(path) as f:
-            arrays = {k: f[k] for k in ("query_scores", "eval_scores")}
+        f = np.load(path)
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read the scores file {path}: {e}") from None
-    except KeyError as e:
+    if not hasattr(f, "files"):  # an .npy: one array
+        raise ConfigError(f"cannot read the scores file {path}: not an .npz (np.savez) archive")
+    with f:
+        missing = [k for k in names if k not in f.files]
+        arrays = {k: f[k] for k in names if k not in missing}
+    if missing:
         raise ConfigError(
-            f"the scores file {path} lacks {e}; it needs query_scores (E, Q) and eval_scores (E, M)"
-        ) from None
+            f"the scores file {path} lacks {', '.join(missing)}; it needs query_scores (E, Q) "
+            "and eval_scores (E, M)"
+        )
     return score_predictions(bank, split, **arrays, **options)

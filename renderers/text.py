@@ -11,7 +11,7 @@ sequence-to-sequence model of the user's choice instead (JSON lines and parquet,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -124,11 +124,6 @@ class TextRenderer:
                 "context_rules": len(task["context_rules"]),
             })  # fmt: skip
         return out
-
-    def task_rows(self, tasks: Iterable[dict]) -> Iterable[dict]:
-        """`rows` of every task, in order."""
-        for t in tasks:
-            yield from self.rows(t)
 
 
 def parse_input(text: str) -> dict:

@@ -59,3 +59,28 @@ def test_shuffled_sets_change_no_oracle_answer(tiny_bank):
         np.testing.assert_array_equal(a.query_ids[order_a], b.query_ids[order_b])
         np.testing.assert_allclose(pa[order_a], pb[order_b])
     assert moved > 30  # the shuffle really moves the labels
+
+
+def test_score_file_scores_a_saved_predictions_file_as_score_predictions(tiny_bank, tmp_path):
+    """The README's file route: `model_predictions` saved with ``np.savez`` and read back by
+    `score_file` gives the same metrics as scoring the arrays directly; a file without one of
+    the two arrays, or no file, is one clear error."""
+    from curi.errors import ConfigError
+    from curi.oracles.model_score import model_predictions, score_file, score_predictions
+
+    rng = np.random.default_rng(1)
+    pred = model_predictions(lambda s, y, t: rng.random(len(t)), tiny_bank, "concept_iid",
+                             episodes=12)  # fmt: skip
+    np.savez(tmp_path / "scores.npz", **pred)
+    from_file = score_file(tmp_path / "scores.npz", tiny_bank, "concept_iid", threshold=0.5)
+    direct = score_predictions(tiny_bank, "concept_iid", query_scores=pred["query_scores"],
+                               eval_scores=pred["eval_scores"], threshold=0.5)  # fmt: skip
+    assert from_file == direct and from_file["split"][0]["episodes"] == 12
+    np.savez(tmp_path / "half.npz", query_scores=pred["query_scores"])
+    with pytest.raises(ConfigError, match="lacks eval_scores;"):
+        score_file(tmp_path / "half.npz", tiny_bank, "concept_iid")
+    with pytest.raises(ConfigError, match="does not exist"):
+        score_file(tmp_path / "missing.npz", tiny_bank, "concept_iid")
+    np.save(tmp_path / "plain.npy", pred["query_scores"])
+    with pytest.raises(ConfigError, match="cannot read the scores file"):
+        score_file(tmp_path / "plain.npy", tiny_bank, "concept_iid")
