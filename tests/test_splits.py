@@ -136,6 +136,20 @@ def test_paper_splits_on_a_real_bank_are_disjoint(tiny_bank):
             r"fractions\[1\] must be a number in \[0, inf\], got -0.5",
         ),
         ({"name": "x", "rule": "mcd", "train": float("nan")}, "train must be a number in"),
+        # an unknown token matched no concept: an empty test set and exit 0
+        (
+            {"name": "x", "rule": "binding", "held_out": ["notacolor"]},
+            r"\['notacolor'\] in held_out",
+        ),
+        (
+            {"name": "x", "rule": "binding", "held_out": ["red"], "held_in": ["bleu"]},
+            r"unknown token\(s\) \['bleu'\] in held_in; valid tokens .*: gray, red, blue",
+        ),
+        ({"name": "x", "rule": "pairs", "pairs": [["red", "rubbr"]]}, r"\['rubbr'\] in pairs"),
+        (
+            {"name": "x", "rule": "pairs", "pairs": [[3, "red"]], "condition": ["count"]},
+            r"\['count'\] in condition",
+        ),
     ],
 )
 def test_bad_split_configs_are_clear_errors(cfg, match):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from curi.concepts import VOCABULARY
 from curi.errors import SplitError
 from curi.splits.base import Split, finish_spec
 from curi.splits.rules import register_split_rule
@@ -16,9 +17,22 @@ from curi.splits.spec import SplitSpec
 __all__ = ["BindingOptions", "PairsOptions"]
 
 
-def _strings(values) -> tuple[str, ...]:
-    """A YAML list of tokens (numbers may be written as ints) as a tuple of strings."""
-    return tuple(str(t) for t in values or ())
+def _strings(values, rule: str, key: str) -> tuple[str, ...]:
+    """A YAML list of tokens (numbers may be written as ints) as a tuple of strings, each a
+    token of the canonical postfix form: an unknown one (a typo) would match no concept and
+    silently empty a side of the split.
+
+    Raises:
+        SplitError: naming the rule, the key, the unknown tokens and the valid ones.
+    """
+    tokens = tuple(str(t) for t in values or ())
+    unknown = [t for t in tokens if t not in VOCABULARY]
+    if unknown:
+        raise SplitError(
+            f"rule {rule}: unknown token(s) {unknown} in {key}; valid tokens (of the postfix "
+            f"form): {', '.join(VOCABULARY)}"
+        )
+    return tokens
 
 
 @dataclass(frozen=True)
@@ -34,8 +48,8 @@ class BindingOptions:
     held_in: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "held_out", _strings(self.held_out))
-        object.__setattr__(self, "held_in", _strings(self.held_in))
+        object.__setattr__(self, "held_out", _strings(self.held_out, "binding", "held_out"))
+        object.__setattr__(self, "held_in", _strings(self.held_in, "binding", "held_in"))
         if not self.held_out:
             raise SplitError("rule binding needs held_out tokens")
 
@@ -54,11 +68,11 @@ class PairsOptions:
     condition: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        pairs = tuple(_strings(p) for p in self.pairs or ())
+        pairs = tuple(_strings(p, "pairs", "pairs") for p in self.pairs or ())
         if not pairs or any(len(p) != 2 for p in pairs):
             raise SplitError("rule pairs needs a list of pairs of tokens, e.g. [[green, metal]]")
         object.__setattr__(self, "pairs", pairs)
-        object.__setattr__(self, "condition", _strings(self.condition))
+        object.__setattr__(self, "condition", _strings(self.condition, "pairs", "condition"))
 
 
 def _tokens(bank) -> list[frozenset[str]]:
