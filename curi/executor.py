@@ -18,10 +18,12 @@ import numpy as np
 
 from curi.bits import pack_rows, unpack_rows
 from curi.concepts import CONSTANT_TYPES, NUMBERS, PROPERTY_FUNCS, Concept, Node, parse
+from curi.errors import ConceptError
 from curi.scenes import (
     COLORS,
     MATERIALS,
     MAX_OBJECTS,
+    MIN_OBJECTS,
     NUM_BINS,
     PROPERTIES,
     SHAPES,
@@ -356,11 +358,18 @@ def evaluate(
     size, x and y). Returns a boolean array, one entry per record. `location_bins`: how location
     literals read (`LOCATION_BINS`; a bank's ``config["location_bins"]``).
 
+    Records must be scenes as CURI draws them, of `MIN_OBJECTS`..`MAX_OBJECTS` objects (paper
+    section 3): on one object, ``S-x`` is empty and a concept such as "all the others are
+    blue" would hold vacuously, which no scene of the benchmark can show.
+
     Raises:
-        ConceptError: the concept string does not parse.
-        ValueError: a record holds an unknown property value.
+        ConceptError: the concept string does not parse, or a record holds too few or too
+            many objects or an unknown property value.
     """
     c = concept if isinstance(concept, Concept) else parse(concept)
-    n_obj, props = records_to_props(records)
+    try:
+        n_obj, props = records_to_props(records, min_objects=MIN_OBJECTS)
+    except ValueError as e:
+        raise ConceptError(f"cannot evaluate {str(c)!r} on these records: {e}") from None
     bs = BitScenes.from_arrays(n_obj, props, location_bins=location_bins)
     return unpack_rows(execute([c], bs), len(records))[0]

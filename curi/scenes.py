@@ -168,9 +168,15 @@ class Scenes:
         }
 
 
-def records_to_props(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+def records_to_props(
+    records: list[dict], *, min_objects: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """(n_objects, props) arrays from records that hold at least shape, color, material, size,
     x and y per object; the inverse of the discrete part of `Scenes.records`.
+
+    Args:
+        min_objects: the fewest objects a record may hold (`MIN_OBJECTS` for the scenes of
+            CURI; 1 lets tests reach the counts of a single object).
 
     Raises:
         ValueError: a record with too few or too many objects or an unknown property value.
@@ -180,8 +186,10 @@ def records_to_props(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     props = np.full((n, MAX_OBJECTS, len(PROPERTIES)), -1, np.int8)
     for i, rec in enumerate(records):
         objs = rec["objects"] if isinstance(rec, dict) else rec
-        if not 1 <= len(objs) <= MAX_OBJECTS:
-            raise ValueError(f"record {i} has {len(objs)} objects; expected 1..{MAX_OBJECTS}")
+        if not min_objects <= len(objs) <= MAX_OBJECTS:
+            raise ValueError(
+                f"record {i} has {len(objs)} objects; expected {min_objects}..{MAX_OBJECTS}"
+            )
         n_objects[i] = len(objs)
         for k, o in enumerate(objs):
             for j, name in enumerate(PROPERTIES[:4]):

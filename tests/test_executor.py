@@ -130,6 +130,26 @@ def test_evaluate_rejects_bad_concept():
         evaluate("x colour? red = lambda S. exists=", [TWO])
 
 
+@pytest.mark.parametrize("n", [0, 1, MAX_OBJECTS + 1])
+def test_evaluate_refuses_records_outside_curi_scenes(n):
+    """CURI's scenes hold 2..5 objects (paper section 3). On one object ``S-x`` is empty and
+    "all the others are blue" held vacuously (True); such records are refused, one line."""
+    from curi import ConceptError
+
+    others_blue = "S-x color? blue all lambda S. exists="
+    with pytest.raises(ConceptError, match=rf"record 1 has {n} objects; expected 2\.\.5") as e:
+        evaluate(others_blue, [TWO, scene(*[obj()] * n)])
+    assert "\n" not in str(e.value)
+    assert evaluate(others_blue, [scene(obj(), obj()), TWO]).tolist() == [False, True]
+
+
+def test_evaluate_unknown_value_is_a_concept_error():
+    from curi import ConceptError
+
+    with pytest.raises(ConceptError, match="unknown color 'pink'"):
+        evaluate("x color? red = lambda S. exists=", [scene(obj(color="pink"), obj())])
+
+
 def test_parsed_and_text_inputs_agree(random_pairs):
     concepts, sc = random_pairs
     bs = BitScenes.from_scenes(sc)
@@ -190,7 +210,7 @@ def test_legacy_location_bins_read_literals_as_the_original_release(number_pairs
     assert not wrong, f"{len(wrong)} of {len(concepts)} concepts wrong, e.g. {wrong[:5]}"
     spec = unpack_rows(execute(concepts, BitScenes.from_arrays(n_obj, props)), len(records))
     assert (spec != got).any(axis=1).mean() > 0.2  # the two readings really differ
-    rec = [scene(obj(x=8, y=8)), scene(obj(x=1, y=1))]
+    rec = [scene(obj(x=8, y=8), obj(x=3, y=3)), scene(obj(x=1, y=1), obj(x=2, y=2))]
     at = "x locationX? {} = lambda S. exists="
     assert evaluate(at.format(8), rec, location_bins="legacy").tolist() == [False, False]
     assert evaluate(at.format(7), rec, location_bins="legacy").tolist() == [True, False]
