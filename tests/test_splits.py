@@ -163,7 +163,7 @@ RULE_EXAMPLES = {
     "all": lambda tmp: {"rule": "all"},
     "random_groups": lambda tmp: {"rule": "random_groups", "fractions": [0.6, 0.2, 0.2]},
     "binding": lambda tmp: {"rule": "binding", "held_out": ["purple"], "held_in": ["red"]},
-    "pairs": lambda tmp: {"rule": "pairs", "pairs": [["green", "metal"]], "val": "disjoint"},
+    "pairs": lambda tmp: {"rule": "pairs", "pairs": [["color?", "="]], "val": "disjoint"},
     "length": lambda tmp: {"rule": "length", "threshold": 8},
     "mcd": lambda tmp: {"rule": "mcd", "validation": 0.0, "refine": 0},
     "adversarial": lambda tmp: {
@@ -222,9 +222,13 @@ def _same(a: Split, b: Split) -> bool:
     return all(np.array_equal(getattr(a, p), getattr(b, p)) for p in ("train", "val", "test"))
 
 
-@pytest.mark.parametrize("name", ["binding_color", "instance_iid", "concept_iid"])
-def test_saved_split_round_trip(name, tmp_path):
-    s = make_split(BANK, name)
+NO_VAL = {"name": "no_val", "rule": "random_groups", "fractions": [0.5, 0, 0.5], "seed": 1}
+
+
+@pytest.mark.parametrize("cfg", ["binding_color", "instance_iid", NO_VAL])
+def test_saved_split_round_trip(cfg, tmp_path):
+    s = make_split(BANK, cfg)
+    name = s.name
     path = s.save(tmp_path / "sub" / "s.json", BANK)
     assert [p.name for p in path.parent.iterdir()] == ["s.json"]  # no temporary file left
     doc = json.loads(path.read_text())
@@ -345,3 +349,50 @@ def test_saved_split_refuses_deep_nesting_and_special_files(tmp_path):
             make_split(BANK, spec)
     with pytest.raises(SplitError, match="is a folder"):
         make_split(BANK, {"name": "x", "rule": "file", "path": str(tmp_path)})
+
+
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        # each gave an empty subset with exit 0 (only a log warning for an empty test set)
+        (
+            {"name": "c", "rule": "length", "threshold": -1},
+            r"split 'c' has an empty train set on this bank \(train 0, val 10, test 10 concepts"
+            r" of 10\); choose a threshold in \d+\.\.\d+",
+        ),
+        ({"name": "c", "rule": "length", "threshold": 100}, "empty val and test set"),
+        ("concept_iid", r"empty val and test set .* raise fractions\[1\] \(this bank has 9"),
+        (
+            {"name": "b", "rule": "binding", "held_out": ["S."]},  # in every concept
+            r"empty train set .* change the rule's held_out and held_in \(rule binding\)",
+        ),
+        (lambda c: False, "empty val and test set .* the predicate marks no concept"),
+        (
+            {
+                "name": "d",
+                "rule": "pairs",
+                "pairs": [["x", "="]],
+                "val": "disjoint",
+                "val_fraction": 1,
+            },
+            "empty test set .* lower val_fraction",
+        ),
+    ],
+)
+def test_an_empty_subset_is_refused(cfg, match):
+    with pytest.raises(SplitError, match=match):
+        make_split(BANK, cfg)
+
+
+def test_an_empty_subset_asked_for_is_kept(tmp_path):
+    s = make_split(BANK, NO_VAL)  # fractions[1] = 0
+    assert len(s.val) == 0 and len(s.train) and len(s.test)
+    assert _same(make_split(BANK, s.save(tmp_path / "s.json", BANK)), s)  # read back as saved
+    spec = {"name": "d", "rule": "pairs", "pairs": [["color?", "="]], "val": "disjoint"}
+    s = make_split(BANK, {**spec, "val_fraction": 0})
+    assert len(s.val) == 0 and len(s.test) == 8
+    path = make_split(BANK, "binding_color").save(tmp_path / "bc.json", BANK)
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "test": [], "val": [], "dropped": [0, 2]}))
+    with pytest.raises(SplitError, match="empty test set .* the split file holds no concept"):
+        make_split(BANK, path)

@@ -4,7 +4,6 @@ split's own checks (paper section 4)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from curi.rng import derive_rng
 
 __all__ = ["Split", "VAL_POLICIES", "check_split", "finish", "finish_spec", "groups_to_subsets"]
 
-log = logging.getLogger(__name__)
 VAL_POLICIES = ("same_as_test", "disjoint")
 SUBSETS = ("train", "val", "test")
 
@@ -100,7 +98,8 @@ def finish_spec(spec, bank, train: np.ndarray, test: np.ndarray) -> Split:
 def check_split(split: Split, bank, *, grouped: bool) -> None:
     """The split's invariants (paper section 4): no concept in both train and test and, when
     `grouped`, no synonym group on two sides. A violation is a bug in a rule or a bad split
-    file, so it raises.
+    file, so it raises. (An empty subset is refused by `make_split`, which knows whether the
+    config asked for it.)
 
     Raises:
         SplitError: naming the split and the broken invariant.
@@ -112,5 +111,3 @@ def check_split(split: Split, bank, *, grouped: bool) -> None:
         sides = [set(g[s].tolist()) for s in (split.train, split.val, split.test)]
         if sides[0] & sides[1] or sides[0] & sides[2] or sides[1] & sides[2]:
             raise SplitError(f"split {split.name!r} puts a synonym group on two sides")
-    if len(split.test) == 0:
-        log.warning("split %r has no test concepts in this bank", split.name)
