@@ -31,6 +31,7 @@ from curi.atomic import asides, atomic_dir, remove, temporaries
 from curi.bank_format import (
     FORMAT_VERSION,
     MANIFEST,
+    REBUILD,
     check_files,
     check_manifest,
     describe,
@@ -57,6 +58,9 @@ __all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data
 
 log = logging.getLogger(__name__)
 _SCENE_FILES = ("n_objects", "props", "position", "rotation", "pixel")
+#: Longest bank name: it becomes a folder name, and ``.<name>.lock`` and ``.<name>.tmp-<pid>``
+#: beside it must stay under the file systems' 255 bytes.
+MAX_NAME_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class BankConfig:
     """What a bank is made of. Every field but `workers` is part of the bank's identity.
 
     Attributes:
-        name: directory name of the bank under the data directory.
+        name: directory name of the bank under the data directory (a plain name of at most
+            `MAX_NAME_CHARS` characters, `curi.paths.safe_name`).
         num_scenes: scenes in the universe U (paper: about 1,000,000).
         num_draws: grammar draws (paper: 2,000,000).
         seed: the seed of every random choice.
@@ -140,8 +145,12 @@ class BankConfig:
             "image_height": (NUM_BINS, 16384),
             "workers": (0, 1024),
         }
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"bank.name must be a non-empty string, got {self.name!r}")
+        safe_name(self.name, "bank name")
+        if len(self.name) > MAX_NAME_CHARS:
+            raise ConfigError(
+                f"bank name has {len(self.name)} characters; use at most {MAX_NAME_CHARS} (it "
+                "becomes a folder name, and file systems refuse names over 255 bytes)"
+            )
         for key, (low, high) in ints.items():
             value = validate.integer(getattr(self, key), f"bank.{key}", low=low, high=high)
             object.__setattr__(self, key, value)  # frozen: 2.0 -> 2, the same identity
@@ -171,7 +180,7 @@ class BankConfig:
         return Camera(width=self.image_width, height=self.image_height)
 
 
-#: Bank options that banks of format 3 may lack, with the default such a bank was built with.
+#: Bank options a manifest leaves out at their default (`BankConfig.identity`).
 _LATER_OPTIONS = {"location_bins": "spec", "layout": "spec"}
 
 _CONFIG_TYPES = {
@@ -418,7 +427,7 @@ def build_bank(
         cfg = BankConfig.from_mapping(cfg)
     cfg.check()
     root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-    final = inside(root, safe_name(cfg.name, "bank name"), what="bank name")
+    final = inside(root, cfg.name, what="bank name")  # cfg.check: a plain name
     final.parent.mkdir(parents=True, exist_ok=True)
     before = _stamp(final)
     with _build_lock(final, wait=True) as waited:
@@ -512,8 +521,13 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     )
     (out / "concepts.txt").write_text("".join(s + "\n" for s in kept), encoding="utf-8")
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    config = cfg.identity()
     files = {
-        f: {"sha256": sha256(out / f), "sample_sha256": sample_sha256(out / f), **describe(out, f)}
+        f: {
+            "sha256": sha256(out / f),
+            "sample_sha256": sample_sha256(out / f, config),
+            **describe(out, f),
+        }
         for f in names
     }
     timings["writing"] = time.perf_counter() - t
@@ -522,7 +536,7 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     manifest = {
         "format": FORMAT_VERSION,
         "version": __version__,
-        "config": cfg.identity(),
+        "config": config,
         "counts": {
             "draws": cfg.num_draws,
             "successful_draws": len(draws),
@@ -543,8 +557,7 @@ def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     text = json.dumps(seal(manifest), indent=2) + "\n"
     (out / MANIFEST).write_text(text, encoding="utf-8")
     # What load_bank checks holds for every bank published (a writer bug fails the build).
-    written = json.loads(text)
-    check_files(out, check_manifest(out, written, _config_types(written)), verify=False)
+    _checked_manifest(out, json.loads(text), verify=False)
     log.info(
         "bank: %d concepts in %d synonym groups", len(kept), manifest["counts"]["synonym_groups"]
     )
@@ -644,10 +657,33 @@ def _reopen(path: Path) -> ConceptBank:
     return load_bank(path, verify=False)
 
 
+def _checked_manifest(path: Path, raw: object, *, verify: bool) -> dict:
+    """`raw`, the parsed manifest of the bank at `path`, once it and the files it lists pass
+    every check (`curi.bank_format.check_manifest` and `check_files`) and its config passes the
+    builder's own (`BankConfig.check`: a bank is never read by a config it could not have been
+    built from).
+
+    Raises:
+        BankError: naming what is wrong.
+    """
+    manifest = check_manifest(path, raw, _config_types(raw))
+    try:
+        BankConfig(**manifest["config"]).check()
+    except ConfigError as e:
+        raise BankError(
+            f"bank at {path} is damaged: its {MANIFEST} states a config the builder refuses "
+            f"({e}); {REBUILD}"
+        ) from None
+    check_files(path, manifest, verify=verify)
+    return manifest
+
+
 def load_bank(path: str | Path, *, verify: bool = True) -> ConceptBank:
     """Load a bank directory written by `build_bank`, after checking it against its manifest
-    (`curi.bank_format`): the manifest's own checksum and structure, the files it must list,
-    and every file's size, shape and dtype against the manifest and the counts it states.
+    (`curi.bank_format`): the manifest's own checksum and structure, its config against the
+    builder's checks, the files it must list (regular files only), and every file's size,
+    shape, dtype and sample digest (which binds the config) against the manifest and the
+    counts it states.
 
     Args:
         path: the bank directory.
@@ -666,9 +702,7 @@ def load_bank(path: str | Path, *, verify: bool = True) -> ConceptBank:
                 _tidy(path)
     if not path.is_dir():
         raise BankError(f"bank not found at {path}; {hint}")
-    raw = read_manifest(path, hint)
-    manifest = check_manifest(path, raw, _config_types(raw))
-    check_files(path, manifest, verify=verify)
+    manifest = _checked_manifest(path, read_manifest(path, hint), verify=verify)
     try:
         return ConceptBank(path, manifest)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:

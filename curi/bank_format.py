@@ -4,17 +4,21 @@ function of the counts the manifest states, the manifest that records them and c
 itself, and the checks `curi.load_bank` runs before it trusts anything (docs/reliability.md,
 "Bank: manifest, concurrent and interrupted builds").
 
-Format 3 manifest (``manifest.json``)::
+Format 4 manifest (``manifest.json``)::
 
-    {"format": 3, "version": ..., "config": {...}, "counts": {...}, "timings_s": {...},
+    {"format": 4, "version": ..., "config": {...}, "counts": {...}, "timings_s": {...},
      "workers": ..., "files": {NAME: ENTRY, ...}, "manifest_sha256": HEX}
 
-Each ENTRY holds the file's ``sha256``, the ``sample_sha256`` of its first and last 64 KiB
-(checked on every load, cheap) and its size in ``bytes``, and what the format requires of it:
-``shape`` and ``dtype`` (``.npy``), ``arrays`` (name -> shape and dtype, ``.npz``) or ``lines``
-(``.txt``). ``manifest_sha256`` is the SHA-256 of the manifest's canonical JSON (sorted keys, no
-spaces, ASCII) without that field, so a damaged or hand-edited manifest is refused; it guards
-against accidents, not against someone who recomputes it (it has no key).
+Each ENTRY holds the file's ``sha256``, its ``sample_sha256`` (checked on every load, cheap)
+and its size in ``bytes``, and what the format requires of it: ``shape`` and ``dtype``
+(``.npy``), ``arrays`` (name -> shape and dtype, ``.npz``) or ``lines`` (``.txt``).
+``manifest_sha256`` is the SHA-256 of the manifest's canonical JSON (sorted keys, no spaces,
+ASCII) without that field, so a damaged or hand-edited manifest is refused. The
+``sample_sha256`` of a file hashes the canonical JSON of the bank's ``config`` before the
+file's first and last 64 KiB: it binds the config that made the data to the data, so a config
+edited in the manifest (``location_bins``, the image size) is refused even with
+``manifest_sha256`` recomputed. Both guard against accidents and hand edits, not against
+someone who recomputes every digest (they have no key).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy.lib.format as npy
 
 from curi.bits import num_words
 from curi.errors import BankError
+from curi.paths import regular_file
 from curi.rejection import REASONS
 from curi.scenes import MAX_OBJECTS, PROPERTIES
 
@@ -47,7 +52,9 @@ __all__ = [
     "sha256",
 ]
 
-FORMAT_VERSION = 3  # 2: adds truth_by_scene.npy; 3: the manifest checksums itself, records shapes
+# 2: adds truth_by_scene.npy; 3: the manifest checksums itself, records shapes; 4: the sample
+# digests bind the config
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 _MAX_MANIFEST_BYTES = 1 << 20  # a bank's manifest is about 5 KB
 _SAMPLE = 1 << 16
@@ -70,6 +77,15 @@ REBUILD = "rebuild it (add force=true to the command)"
 
 def _damaged(path: Path, what: str) -> BankError:
     return BankError(f"bank at {path} is damaged: {what}; {REBUILD}")
+
+
+def _regular(path: Path, f: Path, what: str) -> None:
+    """Refuse `f` of the bank at `path` unless it is a regular file: opening a FIFO for
+    reading blocks until a writer comes, forever if none does."""
+    try:
+        regular_file(f, what, BankError)
+    except BankError as e:
+        raise _damaged(path, str(e)) from None
 
 
 def _dt(x) -> str:
@@ -117,13 +133,15 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def sample_sha256(path: Path) -> str:
-    """SHA-256 of a file's first and last 64 KiB (all of it when smaller): cheap enough for
-    every load, it tells apart files of equal shape and dtype (two swapped scene arrays, the
-    same file of another bank) and sees damage at either end."""
+def sample_sha256(path: Path, config: dict) -> str:
+    """SHA-256 of the bank's `config` (canonical JSON) and a file's first and last 64 KiB (all
+    of it when smaller): cheap enough for every load, it tells apart files of equal shape and
+    dtype (two swapped scene arrays, the same file of another bank), sees damage at either
+    end, and refuses a manifest whose config is not the one the files were built with."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        h = hashlib.sha256(f.read(_SAMPLE))
+        h = hashlib.sha256(_canonical_json(config))
+        h.update(f.read(_SAMPLE))
         if size > _SAMPLE:
             f.seek(max(_SAMPLE, size - _SAMPLE))
             h.update(f.read())
@@ -177,9 +195,12 @@ def describe(path: Path, name: str) -> dict:
     return {"bytes": size, "lines": f.read_bytes().count(b"\n")}
 
 
+def _canonical_json(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
 def _canonical(manifest: dict) -> bytes:
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    return _canonical_json({k: v for k, v in manifest.items() if k != "manifest_sha256"})
 
 
 def seal(manifest: dict) -> dict:
@@ -192,9 +213,12 @@ def read_manifest(path: Path, hint: str) -> object:
     says whether it is a manifest).
 
     Raises:
-        BankError: no manifest, unreadable, too large or not JSON.
+        BankError: no manifest, not a regular file, unreadable, too large or not JSON.
     """
     f = path / MANIFEST
+    if not f.exists():  # a dangling symlink too
+        raise BankError(f"{path} has no {MANIFEST}: not a complete bank; {hint}")
+    _regular(path, f, "its manifest")
     try:
         if f.stat().st_size > _MAX_MANIFEST_BYTES:
             raise _damaged(path, f"{MANIFEST} has {f.stat().st_size} bytes, not a bank manifest")
@@ -314,17 +338,19 @@ def _check_counts(path: Path, config: dict, counts: dict) -> None:
 
 
 def check_files(path: Path, manifest: dict, *, verify: bool) -> None:
-    """Check every file the (checked) manifest lists: present, and its size, shape, dtype and
-    `sample_sha256` as recorded (cheap: headers and 128 KiB a file); with `verify`, its
-    SHA-256 too (reads everything).
+    """Check every file the (checked) manifest lists: a regular file (a FIFO would block its
+    reader), and its size, shape, dtype and `sample_sha256` (of the manifest's config and the
+    file) as recorded (cheap: headers and 128 KiB a file); with `verify`, its SHA-256 too
+    (reads everything).
 
     Raises:
         BankError: naming the file and what is wrong with it.
     """
     for name, entry in manifest["files"].items():
         f = path / name
-        if not f.is_file():
+        if not f.exists():
             raise BankError(f"bank at {path} is missing {name}; {REBUILD}")
+        _regular(path, f, "file")
         try:
             actual = describe(path, name) if not name.endswith(".txt") else None
             size = f.stat().st_size
@@ -337,5 +363,9 @@ def check_files(path: Path, manifest: dict, *, verify: bool) -> None:
             if not _same(actual, stated):
                 found, recorded = json.dumps(actual), json.dumps(stated)
                 raise _damaged(path, f"{name} is {found}, the manifest records {recorded}")
-        if sample_sha256(f) != entry["sample_sha256"] or verify and sha256(f) != entry["sha256"]:
-            raise BankError(f"bank file {f} is corrupt (checksum mismatch); {REBUILD}")
+        sample = sample_sha256(f, manifest["config"])
+        if sample != entry["sample_sha256"] or verify and sha256(f) != entry["sha256"]:
+            raise BankError(
+                f"bank file {f} is corrupt or was built with another config than the manifest "
+                f"states (checksum mismatch); {REBUILD}"
+            )

@@ -162,6 +162,14 @@ def test_bad_config_is_a_clear_error():
         BankConfig.from_mapping({"max_fraction": 2.0})
 
 
+def test_a_long_bank_name_is_one_line_before_any_file_is_touched(tmp_path):
+    """A 300-character name gave ``OSError: File name too long`` from the file system."""
+    with pytest.raises(ConfigError, match="bank name has 300 characters; use at most 200"):
+        build_bank({"name": "a" * 300, "num_scenes": 1000, "num_draws": 1000}, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    BankConfig(name="a" * 200).check()  # the longest name, and its lock and temporaries, fit
+
+
 @pytest.mark.parametrize("rows, cols, block", [(1, 1, 4), (5, 70, 1), (64, 64, 4), (130, 700, 3)])
 def test_bit_transpose_matches_unpacking(rows, cols, block):
     from curi.bits import pack_rows, transpose_blocks, unpack_rows

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -263,9 +264,9 @@ FIELD_FAULTS = ["delete", "null", "wrong_type", "as_string", "change"]
 def test_every_manifest_field_edit_is_refused(copy, manifest, original, how):
     """Any edit breaks the manifest's own checksum. With the checksum recomputed (a forgery,
     which a checksum without a key cannot see), a deleted or mistyped field is still refused,
-    and a changed value is refused or loads exactly the original files: only a config field
-    that sizes nothing (seed, image size, grammar settings) or a field nothing reads (a
-    timing) can change that way."""
+    and so is a changed config value (the files' sample digests bind the config); any other
+    changed value is refused or loads exactly the original files: only a field that sizes
+    nothing (a timing, a count the loader does not read) can change that way."""
     bad = {}
     for path in _paths(manifest):
         edited = _mutate(manifest, path, how)
@@ -273,7 +274,8 @@ def test_every_manifest_field_edit_is_refused(copy, manifest, original, how):
             (copy / "manifest.json").write_text(json.dumps(_reseal(edited) if reseal else edited))
             for verify in (True, False):
                 got = _outcome(copy, verify, original, config=not reseal)
-                ok = {"error"} if not reseal or how != "change" else {"error", "same"}
+                lenient = reseal and how == "change" and path[0] != "config"
+                ok = {"error", "same"} if lenient else {"error"}
                 if got not in ok:
                     bad[".".join(path), reseal, verify] = got
     assert not bad, bad
@@ -336,6 +338,114 @@ def test_huge_or_missing_manifest(copy, original):
     (copy / "manifest.json").unlink()
     (copy / "manifest.json").mkdir()
     assert _outcome(copy, True, original) == "error"
+
+
+def _forge_config(copy: Path, manifest: dict, *, redigest: bool, **config) -> None:
+    """Write a manifest whose config holds `config`, resealed; with `redigest`, every file's
+    sample digest recomputed for that config too (a forger who knows the whole format)."""
+    from curi.bank_format import sample_sha256
+
+    m = json.loads(json.dumps(manifest))
+    m["config"].update(config)
+    if redigest:
+        for name, entry in m["files"].items():
+            entry["sample_sha256"] = sample_sha256(copy / name, m["config"])
+    (copy / "manifest.json").write_text(json.dumps(_reseal(m)))
+
+
+@pytest.mark.parametrize(
+    "config, why",
+    [
+        ({"image_width": 0}, r"bank\.image_width must be an integer in \[8, 16384\], got 0"),
+        ({"name": "../x"}, r"bank name '\.\./x' is not a plain name"),
+        ({"name": "a" * 300}, "bank name has 300 characters; use at most 200"),
+        ({"max_fraction": 1e-9}, "bank.min_positives=11 leaves no concept"),
+        ({"location_bins": "sideways"}, "bank.location_bins"),
+    ],
+)
+def test_a_manifest_config_the_builder_refuses_is_refused(copy, manifest, config, why):
+    """The builder's own checks (`BankConfig.check`) run on a loaded manifest's config, even
+    when every digest was recomputed to match it."""
+    _forge_config(copy, manifest, redigest=True, **config)
+    for verify in (True, False):
+        with pytest.raises(BankError, match=f"damaged: its manifest.json states a config the "
+                           f"builder refuses \\({why}.*force=true") as e:  # fmt: skip
+            load_bank(copy, verify=verify)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"location_bins": "legacy"},  # one concept went from 688 matching scenes to 0
+        {"location_bins": "spec"},
+        {"layout": "clevr"},
+        {"image_width": 480, "image_height": 320},
+        {"seed": 7},
+        {"max_depth": 5},
+        {"min_positives": 12},
+        {"name": "other"},
+    ],
+    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
+)
+def test_a_config_edit_with_the_manifest_resealed_is_refused(copy, manifest, config):
+    """Options that change what a bank means (how location literals read, the camera ...) are
+    bound to its files by their sample digests: resealing the manifest is not enough."""
+    _forge_config(copy, manifest, redigest=False, **config)
+    for verify in (True, False):
+        with pytest.raises(BankError, match="built with another config.*checksum mismatch"):
+            load_bank(copy, verify=verify)
+    _forge_config(copy, manifest, redigest=False)  # the original config loads again
+    load_bank(copy)
+
+
+def test_a_format_3_bank_asks_for_a_rebuild(copy, manifest):
+    """Format 3's sample digests did not bind the config: such banks are refused, not read
+    with a config nothing vouches for."""
+    from curi.bank_format import sample_sha256
+
+    m = json.loads(json.dumps(manifest))
+    m["format"] = 3
+    for name, entry in m["files"].items():  # format 3: digests of the file alone
+        body = (copy / name).read_bytes()
+        head, tail = body[: 1 << 16], body[max(1 << 16, len(body) - (1 << 16)) :]
+        entry["sample_sha256"] = hashlib.sha256(head + tail).hexdigest()
+        assert entry["sample_sha256"] != sample_sha256(copy / name, m["config"])
+    (copy / "manifest.json").write_text(json.dumps(_reseal(m)))
+    with pytest.raises(BankError, match=r"format 3, this curi reads 4; rebuild it.*force=true"):
+        load_bank(copy)
+
+
+@contextmanager
+def _deadline(seconds: int):
+    """Fail the test instead of hanging when a read blocks (SIGALRM interrupts the open; the
+    failure is no OSError, so no ``except OSError`` turns it into another error)."""
+
+    def expire(signum, frame):
+        pytest.fail(f"still blocked after {seconds} s")
+
+    before = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+
+
+def test_a_fifo_in_place_of_any_bank_file_is_refused_not_waited_on(copy, manifest):
+    """A FIFO as ``manifest.json`` blocked `load_bank` forever (opening it waits for a
+    writer); every file the loader opens must be a regular file."""
+    for name in ["manifest.json", *sorted(manifest["files"])]:
+        saved = (copy / name).read_bytes()
+        (copy / name).unlink()
+        os.mkfifo(copy / name)
+        for verify in (True, False):
+            with _deadline(10), pytest.raises(BankError, match=f"{name}' is a FIFO, not a regular"):
+                load_bank(copy, verify=verify)
+        (copy / name).unlink()
+        (copy / name).write_bytes(saved)
+    load_bank(copy)
 
 
 def test_an_old_format_bank_asks_for_a_rebuild(copy, manifest, tmp_path):
