@@ -147,3 +147,50 @@ def test_depth2_compounds_are_an_option(tiny_bank):
     d = DivergenceIndex(tiny_bank.concepts, compound_kind="depth2").divergences(s.train, s.test)
     assert s.info["compounds"] == "depth2"
     assert s.info["d_compound"] == pytest.approx(d.compound, abs=1e-4)
+
+
+class RecordingBar:
+    """Stands in for tqdm: records the count after every update, refresh and close."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.n, self.seen = total, desc, 0, []
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        self.seen.append(self.n)
+
+    def refresh(self) -> None:
+        self.seen.append(self.n)
+
+    def close(self) -> None:
+        self.seen.append(self.n)
+
+    def set_postfix_str(self, *args, **kwargs) -> None:
+        pass
+
+
+def test_restarts_in_processes_show_their_growth(tiny_bank, monkeypatch):
+    # the bar of restarts run in processes counted finished restarts only: with one per core
+    # it stood at 0 for the whole growth (about 50 s on the default bank), then jumped to done
+    import curi.splits.mcd as mcd
+
+    bars = []
+
+    def record(show, total, desc):
+        bars.append(RecordingBar(total, desc))
+        return bars[-1] if show else None
+
+    monkeypatch.setattr(mcd, "_bar", record)
+    monkeypatch.setattr(mcd, "POLL_SECONDS", 0.01)
+    cfg = {**FAST, "progress": True, "validation": 0.0, "restarts": 2, "workers": 2, "refine": 0}
+    make_split(tiny_bank, cfg)
+    growth = bars[0]
+    n = len(np.unique(tiny_bank.groups))
+    groups = round(0.4 * n) + round(0.1 * n)  # the shares of FAST
+    assert growth.total == 2 * groups  # the units grown by both restarts
+    assert growth.seen[-1] == growth.total
+    assert [n for n in growth.seen if 0 < n < groups]  # seen while the first restart ran
+    monkeypatch.setattr(mcd, "POLL_SECONDS", 0.5)
+    bars.clear()
+    make_split(tiny_bank, {**cfg, "progress": False})
+    assert all(not b.seen for b in bars)  # progress=False: nothing shown

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 DA_PENALTY = 20.0  # objective cost per unit of D_A above max_da
 MISS_PENALTY = 0.02  # objective cost per test atom below min_atom_count in train
 SHARES = ("train", "test", "validation")  # the options that are shares of the groups
+POLL_SECONDS = 0.5  # how often the parent's bar reads the restarts' progress
 POLISH_CYCLES = 500  # at most this many remove-and-add cycles to bring D_A under max_da
 
 
@@ -567,11 +568,36 @@ def _resume(units: _Units, opts: McdOptions, run: dict) -> _Greedy:
     return _Greedy(units, opts, rng, sides, run["pool"])
 
 
-_WORK: tuple | None = None  # (units, opts, seed, grow), set in the parent before forking
+_WORK: tuple | None = None  # (units, opts, seed, grow, counts), set in the parent before forking
+
+
+class _Shared:
+    """A worker's stand-in for a progress bar: the units its restart has grown (`n`, as
+    `_Greedy.run` sets it) go to its slot of an array shared with the parent, whose bar
+    shows their sum while the restarts run."""
+
+    def __init__(self, counts, slot: int) -> None:
+        self.counts, self.slot = counts, slot
+
+    @property
+    def n(self) -> int:
+        return self.counts[self.slot]
+
+    @n.setter
+    def n(self, value: int) -> None:
+        self.counts[self.slot] = value
+
+    def refresh(self) -> None:
+        pass
 
 
 def _grow_in_worker(restart: int) -> dict:
-    return _grow(*_WORK, restart)
+    units, opts, seed, grow, counts = _WORK
+    bar = None if counts is None else _Shared(counts, restart)
+    run = _grow(units, opts, seed, grow, restart, bar)
+    if bar is not None:
+        bar.n = sum(grow.values())  # done: full, whatever the last periodic update said
+    return run
 
 
 def _best_growth(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int],
@@ -580,7 +606,8 @@ def _best_growth(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int
     and rebuild the run with the highest objective (the lowest restart on a tie): the
     greedy's outcome varies by several hundredths of D_C with its random samples. With a
     `target_dc`, the first restart (in restart order) within half the tolerance of it ends
-    the search. The result does not depend on the number of workers."""
+    the search. The result does not depend on the number of workers. The progress bar counts
+    the units grown by all restarts (in processes, read from a shared array every `POLL_SECONDS`)."""
     global _WORK
     n, total = opts.restarts, sum(grow.values())
     workers = min(opts.workers or available_cores(), n)
@@ -591,15 +618,22 @@ def _best_growth(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int
     runs = []
     forks = "fork" in mp.get_all_start_methods() and not mp.current_process().daemon
     if workers > 1 and forks:  # a daemon (a pool's worker) may not start processes
-        _WORK = (units, opts, seed, grow)
-        bar = _bar(opts.progress, n, f"{desc} ({workers} processes)")
+        ctx = mp.get_context("fork")
+        bar = _bar(opts.progress, n * total, f"{desc} ({n} runs, {workers} processes)")
+        counts = None if bar is None else ctx.RawArray("q", n)
+        _WORK = (units, opts, seed, grow, counts)
         try:
-            with mp.get_context("fork").Pool(workers) as pool:  # leaving it ends the rest
-                for run in pool.imap(_grow_in_worker, range(n)):  # in restart order
-                    runs.append(run)
+            with ctx.Pool(workers) as pool:  # leaving it ends the rest
+                results = pool.imap(_grow_in_worker, range(n))  # in restart order
+                while len(runs) < n:
+                    try:
+                        runs.append(results.next(timeout=POLL_SECONDS))
+                    except mp.TimeoutError:
+                        pass
                     if bar is not None:
-                        bar.update(1)
-                    if good_enough(run):
+                        bar.n = sum(counts)
+                        bar.refresh()
+                    if runs and good_enough(runs[-1]):
                         break
         finally:
             _WORK = None
@@ -623,6 +657,8 @@ def _best_growth(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int
 def mcd_units(bank, opts: McdOptions, seed: int) -> tuple[list[set[int]], _Units, dict]:
     """Run the greedy; (train, val, test) unit sets (val empty without a validation share),
     the units and what was measured along the way."""
+    if opts.progress:  # the index has no bar: on a large bank it takes a while
+        log.info("mcd: indexing the %s compounds of %d concepts", opts.compounds, len(bank))
     units = _Units(bank, opts.compounds, opts.weighting)
     n = len(units)
     n_train = max(1, round(opts.train * n))
