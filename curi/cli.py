@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from curi.errors import CuriError
-from curi.options import Options, check_config, check_override_keys, help_text, load_options
-from curi.presets import CONF_PACKAGE, conf_dir, list_presets
+from curi.errors import CuriError, SplitError
+from curi.options import (
+    Options,
+    check_config,
+    check_group_values,
+    check_override_keys,
+    help_text,
+    is_split_file,
+    load_options,
+)
+from curi.paths import regular_file
+from curi.presets import CONF_PACKAGE, conf_dir
 
 __all__ = ["main"]
 
@@ -54,28 +64,44 @@ def _value_of(rest: list[str], key: str) -> str | None:
 
 
 def _quote(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """`text` as one quoted value of a Hydra override: a quote, and the backslashes before a
+    quote or the end, are escaped (Hydra's grammar); an interpolation in it stays one."""
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + "'"
 
 
-def _split_files(rest: list[str], opts: Options) -> list[str]:
-    """``split=FILE.json`` (a split saved by ``curi split ... save=FILE.json``) becomes the
-    ``file`` rule reading it, for every command with a ``split`` group: Hydra alone would look
-    for a preset of that name."""
-    if "split" not in opts.groups:
-        return rest
+def _literal(text: str) -> str:
+    """`text` quoted so that it reaches the config as written: each ``${`` is escaped
+    (OmegaConf's ``\\${``), so a name read from a file is never resolved as an interpolation
+    (``${oc.env:TOKEN}`` would copy the variable into reports and logs)."""
+    return _quote(re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text))
+
+
+def _split_file(value: str) -> str:
+    """The inline ``file`` rule reading the split file `value`, its name and path literal."""
+    path = regular_file(Path(value).expanduser().absolute(), "split file", SplitError)
+    try:
+        name = str(json.loads(path.read_text())["name"])
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        name = path.stem  # a bad file: the file rule says what is wrong
+    return f"{{name: {_literal(name)}, rule: file, path: {_literal(str(path))}}}"
+
+
+def _group_values(rest: list[str], opts: Options) -> list[str]:
+    """Overrides of a config group that are not a preset's name, made the config they mean
+    (Hydra alone would look for a preset of that name, or merge into the preset):
+    ``GROUP={...}``, an inline config, replaces the preset; ``split=FILE.json`` (a split saved
+    by ``curi split ... save=FILE.json``) becomes the ``file`` rule reading it."""
     out = []
     for text in rest:
         key, eq, value = text.partition("=")
-        is_file = value.endswith(".json") and value not in list_presets("split")
-        if key != "split" or not eq or "," in value or not is_file:
+        group = opts.groups.get(key, (None,))[0] if eq else None
+        if group == key and value.startswith("{") and value.endswith("}"):
+            out += [f"~{key}", f"+{key}={value}"]
+        elif group == key == "split" and "," not in value and is_split_file(value):
+            out += ["~split", f"+split={_split_file(value)}"]
+        else:
             out.append(text)
-            continue
-        path = Path(value).expanduser().absolute()
-        try:
-            name = str(json.loads(path.read_text())["name"])
-        except (OSError, ValueError, KeyError, TypeError):
-            name = path.stem  # a missing or bad file: the file rule says what is wrong
-        out += ["~split", f"+split={{name: {_quote(name)}, rule: file, path: {_quote(str(path))}}}"]
     return out
 
 
@@ -103,10 +129,11 @@ def _task(name: str, fn, opts: Options, output_dir_given: bool):
         try:
             plain = OmegaConf.to_container(cfg, resolve=True)
             checked = check_config(plain, opts)
+            raw = OmegaConf.to_container(cfg, resolve=False)  # a resolved value is not re-read
             with open_dict(cfg):
                 for key, value in checked.items():
                     if value != plain[key]:  # a value made a one-item list
-                        cfg[key] = value
+                        cfg[key] = [raw[key]] if value == [plain[key]] else value
                 if output_dir_given and "output_dir" in cfg:  # a sweep job: its own folder
                     cfg.output_dir = HydraConfig.get().runtime.output_dir
             fn(cfg)
@@ -139,12 +166,13 @@ def main(argv: list[str] | None = None) -> None:
             print(help_text(opts, name.replace(".", " "), choices))
             return
         check_override_keys(rest, opts)
+        check_group_values(rest, opts)
+        given = _value_of(rest, "output_dir") not in (None, "null")
+        rest = _group_values(rest, opts)
     except CuriError as e:
         _fail(name, e)
     import hydra
 
-    given = _value_of(rest, "output_dir") not in (None, "null")
-    rest = _split_files(rest, opts)
     rest = [*rest, *_run_dir(rest, opts)]
     app = hydra.main(
         config_path=f"pkg://{CONF_PACKAGE}", config_name=config_name, version_base="1.3"

@@ -1,7 +1,9 @@
 """A command's options, read from its primary config file (``conf/<command>.yaml``) with the
 comment beside each key: the schema that every composed config is checked against (an unknown
-key or a value of the wrong type ends in one message naming the key and the valid ones), and
-the text of ``curi <command> --help``. Generic: a new command's YAML file is its schema."""
+key, a value of the wrong type, a value outside an option's choices, an empty list or an unknown
+preset of a config group ends in one message naming the key and the valid ones), and the text
+of ``curi <command> --help``. Generic: a new command's YAML file is its schema; the choices of
+an enumerated option come from the library's own table (`choices`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -16,7 +19,8 @@ import yaml
 from curi.errors import ConfigError
 from curi.presets import conf_dir, list_presets
 
-__all__ = ["Options", "load_options", "check_config", "check_override_keys", "help_text"]
+__all__ = ["Options", "load_options", "check_config", "check_override_keys",
+           "check_group_values", "choices", "is_split_file", "help_text"]  # fmt: skip
 
 _KEY = re.compile(r"^(\s*)([A-Za-z_][\w@.-]*)\s*:(\s|$)(.*)$")
 
@@ -144,6 +148,35 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+@cache
+def choices() -> dict[str, tuple[str, ...]]:
+    """Dotted option -> the values it takes (each item's, for a list; null too where that is
+    the default), for every command with that option: the library's own tables, so that a
+    misspelt value is refused before a bank opens rather than in a worker."""
+    from curi.compounds import COMPOUND_KINDS
+    from curi.episodes import NEGATIVES, QUERY_NEGATIVES
+    from curi.export import list_media
+    from curi.posterior import LIKELIHOODS, PRIORS
+    from curi.splits.base import SUBSETS
+    from curi.tasks.replies import RULE_KINDS
+    from curi.tasks.sampler import HYPOTHESES
+
+    return {"prior": PRIORS, "likelihood": LIKELIHOODS, "negatives": NEGATIVES,
+            "query_negatives": QUERY_NEGATIVES, "subset": SUBSETS, "hypotheses": HYPOTHESES,
+            "kinds": RULE_KINDS, "mcd.compounds": COMPOUND_KINDS,
+            "media": tuple(list_media())}  # fmt: skip
+
+
+def _check_choice(key: str, default, value) -> None:
+    valid = choices().get(key)
+    if valid is None or (value is None and default is None):
+        return
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, bool) or item not in valid:
+            null = " or null" if default is None else ""
+            raise ConfigError(f"{key} must be one of {', '.join(valid)}{null}, got {item!r}")
+
+
 def _check_value(key: str, default, value):
     """`value` (possibly made a one-item list) once its type fits `default`'s."""
     if default is None or value is None or (isinstance(default, str) and "${" in default):
@@ -170,6 +203,8 @@ def _check_value(key: str, default, value):
             raise _type_error(key, "a list", default, value)
         if not isinstance(value, list):
             return [value]  # `splits=boolean` stands for `splits=[boolean]`
+        if default and not value:
+            raise ConfigError(f"{key} must not be empty (default {_value(default)})")
     elif isinstance(default, dict) and not isinstance(value, dict):
         raise _type_error(key, "a mapping", default, value)
     return value
@@ -185,6 +220,7 @@ def _check_node(opts: Options, prefix: str, schema: dict, node: dict, top: bool)
             raise _unknown(full, _valid_keys(opts, prefix, schema))
         default = schema[key]
         out[key] = _check_value(full, default, value)
+        _check_choice(full, default, out[key])
         if isinstance(default, dict) and default and isinstance(value, dict):
             out[key] = _check_node(opts, f"{full}.", default, value, False)
     return out
@@ -193,8 +229,9 @@ def _check_node(opts: Options, prefix: str, schema: dict, node: dict, top: bool)
 def check_config(cfg: dict, opts: Options) -> dict:
     """`cfg` (a composed config as plain containers) once every key is one of the command's
     options (a config group's own keys are left to the library that reads them, which checks
-    them against its dataclass) and every value has the type of its default; a single value
-    given for a list becomes a one-item list.
+    them against its dataclass), every value has the type of its default and is one of its
+    `choices`, and a list whose default is not empty is not empty; a single value given for a
+    list becomes a one-item list.
 
     Raises:
         ConfigError: naming the key and the valid ones, or the key, the type and the value.
@@ -231,6 +268,38 @@ def check_override_keys(overrides: list[str], opts: Options) -> None:
             if part not in node:
                 raise _unknown(prefix + part, _valid_keys(opts, prefix, node))
             node, prefix = node[part], f"{prefix}{part}."
+
+
+def is_split_file(value: str) -> bool:
+    """Whether ``split=value`` names a saved split file (``FILE.json``) rather than a preset."""
+    return value.endswith(".json") and value not in list_presets("split")
+
+
+def check_group_values(overrides: list[str], opts: Options) -> None:
+    """Refuse an unknown preset of a config group (``split=nosuch``) before composition, where
+    Hydra would end in a long block naming the search path. A sweep's values are checked one by
+    one; an inline config (``split={...}``), ``null``, an interpolation, a sweep function and a
+    split file (``split=FILE.json``) are left as they are.
+
+    Raises:
+        ConfigError: naming the option, the value and the group's presets.
+    """
+    for text in overrides:
+        key, eq, value = text.lstrip("+").partition("=")
+        if not eq or key not in opts.groups or value[:1] in ("{", "[", "'", '"'):
+            continue
+        if "${" in value or "(" in value:
+            continue
+        group = opts.groups[key][0]
+        known = list_presets(group)
+        for item in value.split(","):
+            if item in known or item == "null" or group == "split" and is_split_file(item):
+                continue
+            near = difflib.get_close_matches(item, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            what = key if key == group else f"{key} (a {group})"
+            more = ", or a saved split file FILE.json" if group == "split" else ""
+            raise ConfigError(f"unknown {what} {item!r}{hint}; valid: {', '.join(known)}{more}")
 
 
 def list_groups() -> list[str]:

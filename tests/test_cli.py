@@ -43,7 +43,9 @@ def test_unknown_command_and_bad_override(tmp_path):
     out = run_curi("bogus", cwd=tmp_path)
     assert out.returncode == 2 and "unknown command 'bogus'" in out.stderr
     out = run_curi("bank", "bank=nope", cwd=tmp_path)
-    assert out.returncode != 0 and "Could not find 'bank/nope'" in out.stderr
+    assert out.returncode == 2 and out.stderr == (
+        "curi bank: error: unknown bank 'nope'; valid: default, paper, paper_legacy, tiny\n"
+    )
 
 
 def test_ci_runs_exactly_the_readme_test_command():
