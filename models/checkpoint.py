@@ -29,6 +29,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = 1
+EVENTS = "events.out.tfevents."  # how TensorBoard names the event files it writes
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
@@ -119,29 +120,45 @@ class MetricLogger:
     """Scalars to ``metrics.jsonl`` (always; one JSON object per line) and to TensorBoard under
     ``tb/`` when `torch.utils.tensorboard` imports. Disabled on non-zero DDP ranks.
 
-    A run resumed from the checkpoint of step `resume_step` replays the steps after it, which
-    the interrupted run may have logged already: those rows are dropped (TensorBoard: purged)
-    when the logger opens, so every (tag, step) is recorded once, with the resumed value.
+    A run folder holds each (tag, step) once. A run that starts at step 0 (`resume_step` None)
+    replaces what an earlier attempt in the folder logged (``metrics.jsonl`` and the ``tb/``
+    events files; nothing else there). A run resumed from the checkpoint of step
+    `resume_step` replays the steps after it, which the interrupted run may have logged
+    already: those rows are dropped (TensorBoard: purged) when the logger opens, so every
+    (tag, step) is recorded once, with the resumed value. The TensorBoard writer opens at the
+    first new scalar, so a run that logs nothing (finished already) adds no events file.
     """
 
     def __init__(self, run_dir: Path, *, enabled: bool = True,
                  resume_step: int | None = None) -> None:  # fmt: skip
         self.enabled, self.tb, self._file = enabled, None, None
+        self._tb_dir, self._purge = run_dir / "tb", None
         self._kept: set[tuple[str, int]] = set()  # rows of the interrupted run, kept
         if not enabled:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / "metrics.jsonl"
-        if resume_step is not None and path.is_file():
-            self._kept = _keep_rows_through(path, resume_step)
+        if resume_step is None:
+            for old in self._tb_dir.glob(f"{EVENTS}*"):
+                old.unlink()
+            path.unlink(missing_ok=True)
+        else:
+            self._purge = resume_step + 1
+            if path.is_file():
+                self._kept = _keep_rows_through(path, resume_step)
         self._file = path.open("a")
-        try:
-            from torch.utils.tensorboard import SummaryWriter
 
-            purge = None if resume_step is None else resume_step + 1
-            self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
-        except ImportError:
-            log.info("tensorboard is not installed: metrics go to metrics.jsonl only")
+    def _writer(self):
+        """The TensorBoard writer, opened on first use (None without tensorboard)."""
+        if self._tb_dir is not None and self.tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(self._tb_dir), purge_step=self._purge)
+            except ImportError:
+                log.info("tensorboard is not installed: metrics go to metrics.jsonl only")
+                self._tb_dir = None
+        return self.tb
 
     def log(self, step: int, tag: str, values: Mapping[str, float | None]) -> None:
         """Record `values` under `tag` (``train``, ``val``) at `step`, unless a resumed run's
@@ -151,7 +168,7 @@ class MetricLogger:
         clean = {k: v for k, v in values.items() if isinstance(v, (int, float))}
         self._file.write(json.dumps({"step": step, "tag": tag, **clean}) + "\n")
         self._file.flush()
-        if self.tb is not None:
+        if self._writer() is not None:
             for k, v in clean.items():
                 self.tb.add_scalar(f"{tag}/{k}", v, step)
 

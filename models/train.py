@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
+from curi.errors import ConfigError
 from curi.models.cache import CachedScenes, RenderCache, open_render_cache
 from curi.models.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -69,11 +70,19 @@ def train(
     step and ``run.to_dict()``. Under ``torchrun`` (WORLD_SIZE > 1) the model is wrapped in
     DDP, each process takes its own episodes, rank 0 writes.
 
+    A run folder holds one run, each (tag, step) of its metrics once. Without `resume`, a
+    `run_dir` that holds ``checkpoints/last.pt`` is that run, rerun: it resumes from there, or
+    is reported finished (its summary returned, nothing retrained) when the checkpoint's step
+    reaches ``train.steps``; another config is refused. A `run_dir` without one (new, or an
+    attempt killed before its first checkpoint) starts clean: the attempt's metrics,
+    TensorBoard events and ``best.pt`` are replaced, nothing else in the folder is touched.
+
     Args:
         run: the run's config.
         run_dir: output folder (checkpoints, ``metrics.jsonl``, ``tb/``, ``summary.json``).
         bank: the loaded bank (default: built or reused from ``run.bank``).
-        resume: a checkpoint file or run directory (its ``last.pt``) to continue from.
+        resume: a checkpoint file or run directory (its ``last.pt``) to continue from
+            (default: `run_dir`'s own ``last.pt``, if any).
         progress: show a progress bar.
 
     Returns:
@@ -81,13 +90,15 @@ def train(
         metrics, paths of the checkpoints, parameter counts, training episodes per second.
 
     Raises:
-        ConfigError: bad config, CUDA asked for but absent, or a resume checkpoint made by a
-            different config.
+        ConfigError: bad config, CUDA asked for but absent, or a resume checkpoint (or the
+            run already in `run_dir`) made by a different config.
     """
     rt = start_runtime(run.device, settings=run.train)
     try:
         fit = _wire(run, rt, Path(run_dir), bank=bank, resume=resume, progress=progress)
         try:
+            if fit.start >= fit.run.train.steps:
+                return _finished(fit)
             done, seconds = _run_steps(fit, progress=progress)
         finally:
             fit.logger.close()
@@ -129,6 +140,7 @@ class _Fit:
     counts: dict[str, int]
     start: int
     state: _Val
+    rerun: bool  # resumed from run_dir's own last checkpoint, not from a given one
 
     @property
     def ckpt_dir(self) -> Path:
@@ -192,8 +204,13 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     opt = torch.optim.Adam(model.parameters(), lr=lr, fused=fused or None)
     scaler = rt.grad_scaler()
     start, state = 0, _Val()
-    if resume is not None:
-        start, state = _resume(resume, run, model, opt, scaler)
+    own = run_dir / "checkpoints" / "last.pt"
+    rerun = resume is None and own.is_file()
+    if resume is not None or rerun:
+        start, state = _resume(own if rerun else resume, run, model, opt, scaler,
+                               rerun=rerun)  # fmt: skip
+    elif rt.is_main:
+        _start_clean(run_dir)
     net = rt.wrap(model)
     if s.compile:
         net = torch.compile(net)
@@ -202,7 +219,7 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
                           size=s.train_episodes)  # fmt: skip
     workers = _loader_workers(run, renderer, rt)
     cache = None
-    if s.render_cache is not None:
+    if s.render_cache is not None and start < s.steps:  # a finished run renders nothing
         with rt.main_first():  # rank 0 builds a missing cache, the others then read it
             cache = open_render_cache(s.render_cache, bank, renderer, run.modality,
                                       rebuild=s.render_cache_rebuild and rt.is_main,
@@ -216,24 +233,31 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
                            size=s.val_episodes),
         eval_set=EvalSet.from_bank(bank),
         logger=MetricLogger(run_dir, enabled=rt.is_main,
-                            resume_step=None if resume is None else start),
+                            resume_step=None if resume is None and not rerun else start),
         batch=batch, lr=lr, max_len=max_len, workers=workers,
-        counts=model.parameter_counts(), start=start, state=state,
+        counts=model.parameter_counts(), start=start, state=state, rerun=rerun,
     )  # fmt: skip
     _log_start(fit, renderer)
     return fit
 
 
-def _resume(resume, run: RunConfig, model, opt, scaler) -> tuple[int, _Val]:
+def _resume(resume, run: RunConfig, model, opt, scaler, *, rerun: bool) -> tuple[int, _Val]:
     """Load a checkpoint (a file, or a run directory's ``last.pt``) into the model, optimiser
-    and scaler after checking it was made by a config that computes the same steps.
+    and scaler after checking it was made by a config that computes the same steps. `rerun`:
+    the checkpoint is the output folder's own (not asked for), which the message says.
 
     Returns:
         ``(step, validation state)`` saved with it.
     """
     ckpt, path = load_checkpoint(Path(resume) / "checkpoints" / "last.pt"
                                  if Path(resume).is_dir() else resume)  # fmt: skip
-    check_resumable(RunConfig.from_mapping(ckpt["config"]), run, path)
+    try:
+        check_resumable(RunConfig.from_mapping(ckpt["config"]), run, path)
+    except ConfigError as e:
+        if not rerun:
+            raise
+        raise ConfigError(f"output_dir {path.parent.parent} already holds a run: {e} in "
+                          "another output_dir") from None  # fmt: skip
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])
     if ckpt.get("scaler"):
@@ -241,6 +265,31 @@ def _resume(resume, run: RunConfig, model, opt, scaler) -> tuple[int, _Val]:
     state = _Val(float(ckpt.get("best_map", -math.inf)), ckpt.get("best_step"), ckpt.get("val"))
     log.info("resumed from %s at step %d", path, int(ckpt["step"]))
     return int(ckpt["step"]), state
+
+
+def _start_clean(run_dir: Path) -> None:
+    """Before step 0 in a folder without a last checkpoint: drop the ``best.pt`` of an earlier
+    attempt killed before it (its metrics go when the `MetricLogger` opens)."""
+    if (run_dir / "metrics.jsonl").is_file():
+        log.info("%s: an earlier attempt stopped before its first checkpoint; starting clean "
+                 "(its metrics and TensorBoard events are replaced)", run_dir)  # fmt: skip
+    (run_dir / "checkpoints" / "best.pt").unlink(missing_ok=True)
+
+
+def _finished(fit: _Fit) -> dict:
+    """A run whose checkpoint has reached ``train.steps`` already: nothing to train. Returns
+    the summary its folder holds (written anew if missing or if the run came from another
+    folder's checkpoint)."""
+    log.info("%s: the run is finished (step %d, train.steps=%d); nothing to train. A larger "
+             "train.steps continues it; another output_dir trains a new one", fit.run_dir,
+             fit.start, fit.run.train.steps)  # fmt: skip
+    saved = fit.run_dir / "summary.json"
+    if fit.rerun and saved.is_file():
+        try:
+            return json.loads(saved.read_text())
+        except ValueError:
+            pass
+    return fit.summary(fit.start, 0.0)
 
 
 def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
@@ -315,8 +364,8 @@ def _log_start(fit: _Fit, renderer: Renderer) -> None:
         rt.world_size, s.steps, fit.start, fit.batch, fit.lr, s.alpha,
         ", ".join(f"{k} {v:,}" for k, v in fit.counts.items()),
     )  # fmt: skip
-    if rt.is_main:
-        fit.logger.log(fit.start, "params", fit.counts)
+    if rt.is_main:  # at step 0: a resumed run's earlier part logged it already
+        fit.logger.log(0, "params", fit.counts)
 
 
 # --- the step loop ---------------------------------------------------------------------------

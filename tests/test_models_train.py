@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -375,6 +376,59 @@ def test_resumed_run_logs_each_step_once(tiny_bank_dir, tmp_path):
     assert [r["step"] for r in _log(run, "train")] == [1, 2, 3, 4, 5]
     assert [r["loss"] for r in _log(run, "train")] == [r["loss"] for r in first]
     assert {r["step"] for r in _log(run, "val")} == {3, 5}
+
+
+def _keys(run_dir: Path) -> list[tuple[str, int]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [(r["tag"], r["step"]) for r in map(json.loads, lines)]
+
+
+def _events(run_dir: Path) -> list[Path]:
+    return sorted((run_dir / "tb").glob("events.out.tfevents.*"))
+
+
+def test_rerun_into_a_run_folder_keeps_each_step_once(tiny_bank_dir, tmp_path, caplog):
+    # A run folder holds one run: a rerun of a finished run reports it and trains nothing, a
+    # rerun of one killed after a checkpoint resumes it, one killed before starts clean.
+    over = ["train.steps=4", "train.checkpoint_every=2", "train.eval_every=2",
+            "train.val_episodes=4"]  # fmt: skip
+    run = tmp_path / "run"
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over))
+    keys, metrics, first = _keys(run), (run / "metrics.jsonl").read_text(), _log(run, "train")
+    summary = json.loads((run / "summary.json").read_text())
+    assert len(keys) == len(set(keys)) == 1 + 4 + 2 and keys.count(("params", 0)) == 1
+    events = _events(run)
+    assert len(events) == 1 or not events  # (no events without tensorboard)
+
+    with caplog.at_level("INFO", logger="curi.models.train"):  # finished: nothing retrained
+        models_cli.train(_train_cfg(tiny_bank_dir, run, *over))
+    assert (run / "metrics.jsonl").read_text() == metrics and _events(run) == events
+    assert "the run is finished (step 4, train.steps=4); nothing to train" in caplog.text
+    assert json.loads((run / "summary.json").read_text()) == summary
+
+    # Killed after the checkpoint of step 2, having logged steps 3 and 4: a rerun resumes.
+    last = run / "checkpoints" / "last.pt"
+    last.unlink()
+    os.link(run / "checkpoints" / "step_0000002.pt", last)
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over))
+    assert sorted(_keys(run)) == sorted(keys)  # each (tag, step) once, one params row
+    assert [r["loss"] for r in _log(run, "train")] == [r["loss"] for r in first]
+    assert load_checkpoint(last)[0]["step"] == 4
+    # ... a resume with more steps also logs its parameter counts once.
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over, "train.steps=5", f"resume={run}"))
+    assert _keys(run).count(("params", 0)) == 1 and ("train", 5) in _keys(run)
+    assert len(_keys(run)) == len(set(_keys(run))) == 1 + 5 + 3
+
+    # The run of another config is refused, saying how to start a new one.
+    with pytest.raises(ConfigError, match=r"already holds a run: .*\(train.lr\).* another outp"):
+        models_cli.train(_train_cfg(tiny_bank_dir, run, *over, "train.lr=0.01"))
+
+    # Killed before its first checkpoint: a rerun starts clean and keeps the user's files.
+    shutil.rmtree(run / "checkpoints")
+    (run / "notes.txt").write_text("mine")
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over))
+    assert sorted(_keys(run)) == sorted(keys) and (run / "notes.txt").read_text() == "mine"
+    assert len(_events(run)) == len(events)  # the killed attempt's events files are gone
 
 
 def test_checkpoint_that_needs_unsafe_globals_is_refused_cleanly(tmp_path):
