@@ -5,21 +5,30 @@ leaves nothing under the final name.
 
 A temporary name is hidden and names its process: ``.<name>.tmp-<pid>`` beside the target, so
 two processes never write the same temporary and leftovers of a killed one are recognisable
-(`temporaries`)."""
+(`temporaries`). Writers that must not run side by side on one path (two exports to the same
+file) hold `exclusive`, a lock the kernel releases when its process ends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: `exclusive` does not lock
+    fcntl = None
 
 __all__ = [
     "aside_name",
     "asides",
     "atomic_dir",
     "atomic_path",
+    "exclusive",
     "temporaries",
     "temporary_name",
     "owner_alive",
@@ -165,3 +174,67 @@ def write_text(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path
+
+
+@contextmanager
+def exclusive(path: str | Path, *, what: str, error: type[Exception]) -> Iterator[None]:
+    """Hold the lock of `path` for the block, or fail at once when another process holds it.
+
+    The lock is `fcntl.flock` on the hidden file ``.<name>.lock`` beside `path`, which holds
+    the holder's pid for the message and is removed when the block ends. The kernel releases
+    the lock when its holder ends, even by SIGKILL (a leftover file is then locked afresh), so
+    it is never stale. Processes forked inside the block share it until they end. A symlink or
+    anything but a regular file in its place is refused, never followed or truncated.
+
+    Args:
+        path: the file (or export) to lock; its folder is created when missing.
+        what: what is being written, for the message (``"out=eps.tar"``).
+        error: the exception raised, with one line naming the holder and the lock file.
+    """
+    path = Path(path)
+    lock = path.with_name(f".{path.name}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _lock(lock, what, error)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # while still held: a waiting opener then retries
+        os.close(fd)
+
+
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _lock(lock: Path, what: str, error: type[Exception]) -> int:
+    """An open descriptor of the file `lock`, locked, once it is still the file at that path
+    (the holder before may have removed it after this process opened it)."""
+    while True:
+        try:
+            fd = os.open(lock, _LOCK_FLAGS, 0o644)
+        except OSError as e:
+            raise error(
+                f"{what}: cannot open its lock file {lock}: {e.strerror}; remove it"
+            ) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise error(f"{what}: its lock file {lock} is not a regular file; remove it")
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                    raise error(
+                        f"{what} is being written by another process (pid {holder}, holding "
+                        f"the lock {lock}); wait for it to finish, or write elsewhere"
+                    ) from None
+            with contextlib.suppress(FileNotFoundError):
+                now = os.stat(lock, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                    return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)

@@ -130,9 +130,17 @@ def split(cfg: DictConfig) -> None:
 def episodes(cfg: DictConfig) -> None:
     """Export episodes with scene records (JSON lines, parquet or WebDataset tar shards,
     optionally with each scene's rendered file: ``media=image|sound``) and a dataset card."""
-    from curi.export import check_export_options, export_episodes, get_media
+    from curi.export import (
+        check_export_options,
+        check_export_path,
+        check_render_options,
+        export_episodes,
+        get_media,
+    )
 
     check_export_options(cfg.n, cfg.shard_size, cfg.seed)  # before building a bank
+    check_export_path(cfg.out)
+    workers, threads = check_render_options(cfg.workers, cfg.threads)
     media = None if cfg.media is None else get_media(cfg.media, cfg.out)
     bank = open_bank_from_config(cfg)
     s = split_from_config(bank, cfg)
@@ -148,5 +156,7 @@ def episodes(cfg: DictConfig) -> None:
         shard_size=cfg.shard_size,
         progress=cfg.progress,
         media=media,
+        workers=workers,
+        threads=threads,
     )
     log.info("wrote %s and its dataset card %s", out["episodes"], out["card"])

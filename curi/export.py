@@ -9,7 +9,9 @@ written under temporary names and renamed into place only once all are complete,
 dataset card comes last. The card's YAML front matter (the dataset-card convention of the
 Hugging Face Hub) lists every file with its episode count, size and SHA-256, and the reader
 checks the files against it, so that an interrupted or altered export is refused rather than
-read as a shorter dataset (docs/reliability.md, "Exports")."""
+read as a shorter dataset (docs/reliability.md, "Exports"). An export replaces only the files
+that earlier exports to the same path wrote (its card's list), never another export's or a
+user's file beside it, and two exports to the same path at once are refused (a lock)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import contextlib
 import glob
 import gzip
 import io
+import itertools
 import json
 import re
 import tarfile
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from curi import validate
-from curi.atomic import atomic_path, owner_alive, temporaries, write_text
+from curi.atomic import atomic_path, exclusive, owner_alive, temporaries, write_text
 from curi.bank_format import sha256
 from curi.episodes import Episode, EpisodeSampler
 from curi.errors import ConfigError, CuriError
@@ -37,10 +40,13 @@ from curi.splits import Split
 __all__ = [
     "CARD_FORMAT",
     "EpisodeFileError",
+    "FORMATS",
     "MEDIA_GROUP",
     "Media",
     "parquet_schema",
     "check_export_options",
+    "check_export_path",
+    "check_render_options",
     "count_episodes",
     "export_episodes",
     "get_media",
@@ -53,6 +59,11 @@ CARD_FORMAT = 1  # version of the card's front matter (the list of files and the
 _DIGITS = "[0-9]" * 5  # shard numbers: <name>-00000.tar, ...
 _AGAIN = "export it again with `curi episodes ... out=FILE`"
 
+FORMATS = (".jsonl", ".jsonl.gz", ".parquet", ".tar")
+"""The endings of the names an export is written and read as: JSON lines (optionally
+gzip-compressed), parquet, WebDataset tar shards (``<name>-00000.tar``, ...)."""
+_FORMAT_LIST = ", ".join(FORMATS)
+
 
 class EpisodeFileError(CuriError, ValueError):
     """An exported episode file that is missing, empty or corrupt, or does not match its card."""
@@ -60,13 +71,20 @@ class EpisodeFileError(CuriError, ValueError):
 
 class Media(Protocol):
     """Rendered files to store beside each episode (`curi.renderers.rerender.media`): called
-    with scene records, returns one file's bytes per record; `suffix` is ``.png`` or ``.wav``
-    and `feature` the Hugging Face feature type of the files (``Image`` or ``Audio``)."""
+    with scene records, returns one file's bytes per record; `imap` does so for each of many
+    sets of records, in order, in this process with `threads` torch threads or in `workers`
+    processes (None: one per core), the same bytes for any number; `suffix` is ``.png`` or
+    ``.wav`` and `feature` the Hugging Face feature type of the files (``Image`` or
+    ``Audio``)."""
 
     suffix: str
     feature: str
 
     def __call__(self, records: Sequence[dict]) -> list[bytes]: ...
+
+    def imap(
+        self, sets: Iterable[Sequence[dict]], *, workers: int | None, threads: int | None
+    ) -> Iterator[list[bytes]]: ...
 
 
 MEDIA_GROUP = "curi.media"
@@ -104,6 +122,11 @@ def get_media(name: str, out: str | Path | None = None) -> Media:
 
 
 # --- file names ------------------------------------------------------------------------------
+def _format(path: Path) -> str | None:
+    """The ending of `path`'s name among `FORMATS` (after a name of one character or more)."""
+    return next((f for f in FORMATS if path.name.endswith(f) and path.name != f), None)
+
+
 def _card_path(out: Path) -> Path:
     """The dataset card of the export ``out``: ``<out>.card.md`` beside it."""
     return out.with_name(out.name + ".card.md")
@@ -136,10 +159,38 @@ def _unbrace(path: Path) -> Path:
     return path.with_name(m.group(1) + ".tar") if m else path
 
 
+def _publishing(out: Path) -> Path:
+    """The hidden list ``.<out>.card.md.publishing`` of every file an export of ``out`` is
+    renaming into place or replacing, written before the old card goes and removed after the
+    new card is written: an export killed in between leaves it, so the next one knows which
+    files are its own to replace (`_owned`)."""
+    card = _card_path(out)
+    return card.with_name(f".{card.name}.publishing")
+
+
+def _owned(out: Path) -> set[str]:
+    """Names of the files earlier exports to ``out`` wrote, the only files an export of ``out``
+    may delete: those its card lists and those an interrupted export was publishing
+    (`_publishing`), each a plain name in the folder of ``out`` that belongs to it (``out``
+    itself, or for ``<name>.tar`` a shard ``<name>-NNNNN.tar``). A card or list that cannot
+    be read lists nothing."""
+    names: set[str] = set()
+    card, pending = _card_path(out), _publishing(out)
+    if card.is_file():
+        with contextlib.suppress(EpisodeFileError):
+            meta = _card_of(out, card)
+            names |= {f["name"] for f in meta["files"]} if meta is not None else set()
+    if pending.is_file():
+        with contextlib.suppress(OSError, UnicodeDecodeError, ValueError, TypeError):
+            names |= set(json.loads(pending.read_text(encoding="utf-8")))
+    plain = {n for n in names if isinstance(n, str) and n not in ("", ".", "..")}
+    return {n for n in plain if Path(n).name == n and _export_of(out.with_name(n)) == out}
+
+
 def _remove_dead_temporaries(out: Path) -> None:
     """Remove the temporaries (``.<file>.tmp-<pid>``, `curi.atomic`) of the files, shards and
     card of the export ``out`` that killed processes left; a live process's are its own."""
-    stale = temporaries(out) + temporaries(_card_path(out))
+    stale = temporaries(out) + temporaries(_card_path(out)) + temporaries(_publishing(out))
     if out.suffix == ".tar":
         stale += out.parent.glob(f".{glob.escape(out.stem)}-{_DIGITS}.tar.tmp-*")
     for tmp in stale:
@@ -153,7 +204,8 @@ _NO_FILES_IN_LINES = "rendered files go into .parquet or .tar exports, not {name
 
 def _kind(out: Path) -> str:
     """``tar``, ``parquet`` or ``lines`` (JSON lines, optionally gzip-compressed)."""
-    return "tar" if out.suffix == ".tar" else "parquet" if out.suffix == ".parquet" else "lines"
+    fmt = _format(out)
+    return "tar" if fmt == ".tar" else "parquet" if fmt == ".parquet" else "lines"
 
 
 def _stage(path: Path, publish: contextlib.ExitStack, write) -> dict:
@@ -316,6 +368,49 @@ def check_export_options(n, shard_size, seed) -> tuple[int, int, int]:
     return n, shard_size, validate.seed(seed)
 
 
+def check_export_path(out) -> Path:
+    """`out` as a path, once it names a file an export can be written to: not empty, not a
+    folder, ending in one of `FORMATS` (``eps.xyz`` wrote JSON lines, ``x.tar.gz`` gzipped
+    JSON lines, not a tar), its nearest existing parent a folder; cheap, so `curi episodes`
+    checks it before opening the bank.
+
+    Raises:
+        ConfigError: naming ``out=``, the value and what to give instead.
+    """
+    if not isinstance(out, str | Path) or not str(out).strip():
+        raise ConfigError(
+            f"out={out!r} names no file; give the export to write, e.g. out=episodes.jsonl "
+            f"(formats: {_FORMAT_LIST})"
+        )
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(
+            f"out={out} is a folder; give a file in it, e.g. out={path / 'episodes.jsonl'}"
+        )
+    if _format(path) is None:
+        raise ConfigError(
+            f"out={out}: unknown format; the file name must end in one of {_FORMAT_LIST} "
+            "(JSON lines, gzip-compressed JSON lines, parquet, WebDataset tar shards)"
+        )
+    folder = next((p for p in path.parents if p.exists()), None)
+    if folder is not None and not folder.is_dir():
+        raise ConfigError(f"out={out}: {folder} is not a folder; give a path in a folder")
+    return path
+
+
+def check_render_options(workers, threads) -> tuple[int | None, int | None]:
+    """(workers, threads) of the rendering of an export's files, each None or an int from 1
+    to 1024; cheap, so `curi episodes` checks them before opening the bank.
+
+    Raises:
+        ConfigError: naming the key, the value and the allowed range.
+    """
+    return tuple(
+        None if v is None else validate.integer(v, key, low=1, high=1024)
+        for key, v in (("workers", workers), ("threads", threads))
+    )
+
+
 def export_episodes(
     bank,
     split: Split,
@@ -329,6 +424,8 @@ def export_episodes(
     shard_size: int = 10_000,
     progress: bool = True,
     media: Media | None = None,
+    workers: int | None = 1,
+    threads: int | None = None,
 ) -> dict:
     """Write episodes 0..n-1 of (split, subset) with ids, labels, the concept and the scene
     records, and a dataset card beside them (``<out>.card.md``).
@@ -342,14 +439,19 @@ def export_episodes(
 
     With `media` (``get_media("image")``, or ``curi.renderers.rerender.media("image", ...)``
     for a renderer with other options), parquet and tar exports also hold every scene's
-    rendered file (PNG or WAV bytes), in set order.
+    rendered file (PNG or WAV bytes), in set order, rendered in `workers` processes with one
+    torch thread each (None: one per core; 1: in this process with `threads` torch threads,
+    None: as they are); the export is the same bytes for any number of either.
 
     The export replaces an earlier one to the same `out` as a whole: every file is written
-    under a temporary name first; once all are complete the old card is removed, the files
-    are renamed into place, the old export's surplus shards removed, and the new card, which
-    lists every file with its episode count, size and SHA-256, written last. A kill at any
-    point leaves the old export or files the reader refuses, and the next export removes the
-    killed process's temporaries.
+    under a temporary name first; once all are complete the list of the files it replaces
+    and publishes is written (`_publishing`), the old card is removed, the files are renamed
+    into place, the old export's surplus files removed (only those its card or list named:
+    never another export's or a user's file beside it), and the new card, which lists every
+    file with its episode count, size and SHA-256, written last. A kill at any point leaves
+    the old export or files the reader refuses, and the next export removes the killed
+    process's temporaries and surplus files. A second export to the same `out` while one
+    runs fails at once (`curi.atomic.exclusive`).
 
     Returns:
         ``episodes``: the path written (for tar: its one shard, or the brace pattern
@@ -357,24 +459,50 @@ def export_episodes(
         ``card``: the dataset card.
 
     Raises:
-        ConfigError: bad options; `media` with a JSON-lines export.
+        ConfigError: bad options; an `out` of no known format or a folder; `media` with a
+            JSON-lines export; another export to `out` running.
     """
+    n, shard_size, seed = check_export_options(n, shard_size, seed)
+    workers, threads = check_render_options(workers, threads)
+    out = check_export_path(out)
+    if media is not None and _kind(out) == "lines":
+        raise ConfigError(_NO_FILES_IN_LINES.format(name=out.name))
     from tqdm import tqdm
 
-    n, shard_size, seed = check_export_options(n, shard_size, seed)
-    out = Path(out)
-    kind = _kind(out)
-    if media is not None and kind == "lines":
-        raise ConfigError(_NO_FILES_IN_LINES.format(name=out.name))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_dead_temporaries(out)
     sampler = EpisodeSampler(
         bank, split, subset, negatives, seed=seed, query_negatives=query_negatives, size=n
     )
-    items = (
-        _item(sampler[i], media) for i in tqdm(range(n), desc="episodes", disable=not progress)
-    )
-    card = _card_path(out)
+    episodes = (sampler[i] for i in tqdm(range(n), desc="episodes", disable=not progress))
+    if media is not None and workers is not None:
+        workers = min(workers, n)  # no more processes than episodes
+    with (
+        exclusive(out, what=f"out={out}", error=ConfigError),
+        contextlib.closing(_items(episodes, media, workers, threads)) as items,
+    ):
+        files, written = _publish_files(out, items, shard_size, media)
+        meta = {
+            "curi_export": CARD_FORMAT, "export": out.name, "episodes": n,
+            "split": str(split.name), "subset": str(subset), "negatives": str(negatives),
+            "query_negatives": str(sampler.query_negatives), "seed": seed,
+            "media": media.suffix if media is not None else None, "files": files,
+        }  # fmt: skip
+        card = write_text(_card_path(out), _card_text(meta, bank, split, written))
+        _publishing(out).unlink(missing_ok=True)
+    paths = [out.with_name(f["name"]) for f in files]
+    written_path = _brace_pattern(out, len(files)) if _kind(out) == "tar" else out
+    return {"episodes": written_path, "files": paths, "card": card}
+
+
+def _publish_files(
+    out: Path, items: Iterable[_Item], shard_size: int, media: Media | None
+) -> tuple[list[dict], str]:
+    """Write `items` as the files of the export `out` (locked by the caller) and rename them
+    into place, replacing only the files that earlier exports to `out` wrote (`_owned`); its
+    card is removed and left to the caller to write. Returns the card's entries of the files
+    and a line that says what they hold."""
+    _remove_dead_temporaries(out)
+    owned = _owned(out)
+    kind = _kind(out)
     with contextlib.ExitStack() as publish:
         if kind == "tar":
             files = _stage_shards(out, items, shard_size, publish)
@@ -387,33 +515,33 @@ def export_episodes(
             texts = (json.dumps(ep) for _, ep, _ in items)
             files = [_stage(out, publish, lambda tmp: _write_lines(tmp, texts, compressed=gz))]
             written = f"one JSON object per line in {out.name}"
-        card.unlink(missing_ok=True)  # from here until the new card, the export reads as broken
+        new = {f["name"] for f in files}
+        write_text(_publishing(out), json.dumps(sorted(owned | new)))
+        _card_path(out).unlink(missing_ok=True)  # until the new card, the export reads as broken
     # Leaving the stack renamed every staged file into place.
-    for old in set(_shards(out)) - {out.with_name(f["name"]) for f in files}:
-        old.unlink()
-    meta = {
-        "curi_export": CARD_FORMAT, "export": out.name, "episodes": n, "split": str(split.name),
-        "subset": str(subset), "negatives": str(negatives),
-        "query_negatives": str(sampler.query_negatives), "seed": seed,
-        "media": media.suffix if media is not None else None, "files": files,
-    }  # fmt: skip
-    write_text(card, _card_text(meta, bank, split, written))
-    paths = [out.with_name(f["name"]) for f in files]
-    written_path = _brace_pattern(out, len(files)) if kind == "tar" else out
-    return {"episodes": written_path, "files": paths, "card": card}
+    for name in owned - new:
+        out.with_name(name).unlink(missing_ok=True)
+    return files, written
 
 
-def _item(ep: Episode, media: Media | None) -> _Item:
-    """(index, JSON-ready episode, rendered files named ``support_NN<suffix>`` ...)."""
-    d = ep.to_dict()
-    files: list[tuple[str, bytes]] = []
-    if media is not None:
-        blobs = media(d["support_records"] + d["query_records"])
-        ns = len(d["support_records"])
-        names = [f"support_{k:02d}" for k in range(ns)]
-        names += [f"query_{k:02d}" for k in range(len(blobs) - ns)]
-        files = [(name + media.suffix, data) for name, data in zip(names, blobs, strict=True)]
-    return ep.index, d, files
+def _items(
+    episodes: Iterator[Episode], media: Media | None, workers: int | None, threads: int | None
+) -> Iterator[_Item]:
+    """(index, JSON-ready episode, rendered files named ``support_NN<suffix>`` ...) of each
+    episode, the files rendered by ``media.imap`` (in `workers` processes)."""
+    pairs = ((ep.index, ep.to_dict()) for ep in episodes)
+    if media is None:
+        yield from ((index, d, []) for index, d in pairs)
+        return
+    pairs, ahead = itertools.tee(pairs)
+    sets = (d["support_records"] + d["query_records"] for _, d in ahead)
+    with contextlib.closing(media.imap(sets, workers=workers, threads=threads)) as rendered:
+        for (index, d), blobs in zip(pairs, rendered, strict=True):
+            ns = len(d["support_records"])
+            names = [f"support_{k:02d}" for k in range(ns)]
+            names += [f"query_{k:02d}" for k in range(len(blobs) - ns)]
+            files = [(n + media.suffix, data) for n, data in zip(names, blobs, strict=True)]
+            yield index, d, files
 
 
 def _card_text(meta: dict, bank, split: Split, written: str) -> str:
@@ -503,9 +631,14 @@ def _plan(path: Path) -> list[_Part]:
     with its card entry; the set of shards and every size already checked against the card.
 
     Raises:
-        EpisodeFileError: nothing there, shards without a card, a shard missing or not listed,
-            a size that differs from the card.
+        EpisodeFileError: a name of no known format, nothing there, shards without a card, a
+            shard missing or not listed, a size that differs from the card.
     """
+    if _format(path) is None:
+        raise EpisodeFileError(
+            f"{path} is not an episode export: the name must end in one of {_FORMAT_LIST} "
+            "(as `curi episodes ... out=FILE` writes)"
+        )
     if path.suffix == ".tar" and not path.exists():
         card, shards = _card_path(path), _shards(path)
         if not shards and not card.is_file():
@@ -615,14 +748,14 @@ def _texts(path: Path, parts: list[_Part]) -> Iterator[tuple[str, str]]:
 def read_episode_file(path: str | Path, *, limit: int | None = None) -> Iterator[dict]:
     """Yield the episodes of an export (``.jsonl``, ``.jsonl.gz``, ``.parquet``, a ``.tar``
     shard, or the ``<name>.tar`` given to `export_episodes` or the brace pattern it returned,
-    meaning all its shards), without rendered files, checked: against the
-    export's card when there is one (every file listed and present, none added, sizes,
-    SHA-256 and episode counts), and each episode's keys and lengths.
+    meaning all its shards; any other name is refused), without rendered files, checked:
+    against the export's card when there is one (every file listed and present, none added,
+    sizes, SHA-256 and episode counts), and each episode's keys and lengths.
 
     Raises:
-        EpisodeFileError: the file is missing, unreadable, empty, does not match its card, or
-            an entry is not an episode (not JSON, a missing key, labels and records of
-            different lengths).
+        EpisodeFileError: the name is of no known format (`FORMATS`), the file is missing,
+            unreadable, empty, does not match its card, or an entry is not an episode (not
+            JSON, a missing key, labels and records of different lengths).
     """
     path = _unbrace(Path(path))
     count = 0

@@ -13,7 +13,7 @@ import json
 import logging
 import multiprocessing
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -43,7 +43,8 @@ _FEATURES = {".png": "Image", ".wav": "Audio"}  # Hugging Face feature of each f
 
 class MediaFiles:
     """Rendered files of scene records for exports (`curi.export.Media`): PNG (image) or WAV
-    (sound) bytes per record, from a renderer with per-scene files."""
+    (sound) bytes per record, from a renderer with per-scene files; `imap` renders many sets
+    in worker processes, as `render_episode_file` does."""
 
     def __init__(self, renderer: Renderer) -> None:
         if renderer.file_suffix not in _FEATURES or not hasattr(renderer, "file_bytes"):
@@ -56,6 +57,41 @@ class MediaFiles:
 
     def __call__(self, records) -> list[bytes]:
         return self.renderer.file_bytes(records)
+
+    def imap(
+        self, sets: Iterable[Sequence[dict]], *, workers: int | None = 1, threads: int | None = None
+    ) -> Iterator[list[bytes]]:
+        """The files of each set of records, in order: here with `threads` torch threads, or
+        in `workers` processes with one thread each, which take at most two sets each ahead
+        (a renderer on a GPU renders here). The bytes are the same for any number of either.
+
+        Args:
+            sets: scene records, one list per episode.
+            workers: processes (None: `default_workers`, one per core); 1: this process.
+            threads: torch CPU threads while rendering here (None: leave them as they are).
+        """
+        workers = default_workers() if workers is None else workers
+        if torch.device(getattr(self.renderer, "device", "cpu")).type != "cpu":
+            workers = 1  # a forked process cannot use the parent's CUDA context
+        jobs = ((records,) for records in sets)
+        with _torch_threads(threads if workers == 1 else None):
+            yield from _in_order(self.renderer, _file_bytes, jobs, workers)
+
+
+def _file_bytes(renderer: Renderer, records: Sequence[dict]) -> list[bytes]:
+    return renderer.file_bytes(records)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Torch CPU threads set to `threads` for the block (None: unchanged), then put back."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def media(modality: str | Renderer, **options) -> MediaFiles:
@@ -186,7 +222,9 @@ def render_episode_file(
         table = None
         if with_files:  # streamed to a temporary name, renamed into place when all is written
             table = stack.enter_context(open(stack.enter_context(atomic_path(out / METADATA)), "w"))
-        done = stack.enter_context(contextlib.closing(_in_order(renderer, jobs, workers)))
+        done = stack.enter_context(
+            contextlib.closing(_in_order(renderer, _render_episode, jobs, workers))
+        )
         entries = _collect(done, table, total, progress, renderer.name)
     index = {
         "source": str(path.resolve()),
@@ -253,27 +291,29 @@ def _keep_freed_memory() -> bool:
     return bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30) and heap)
 
 
-def _work(job: tuple) -> tuple[dict, str]:
-    """`_render_episode` in a worker process."""
-    return _render_episode(_RENDERER, *job)
+def _work(task: tuple[Callable, tuple]):
+    """``fn(renderer, *job)`` in a worker process, with its renderer."""
+    fn, job = task
+    return fn(_RENDERER, *job)
 
 
-def _in_order(renderer: Renderer, jobs: Iterator[tuple], workers: int) -> Iterator[tuple]:
-    """`_render_episode` of every job, in job order: here, or in `workers` processes with at
-    most two jobs each in flight (so a long file is read as it is rendered)."""
+def _in_order(renderer: Renderer, fn: Callable, jobs: Iterator[tuple], workers: int) -> Iterator:
+    """``fn(renderer, *job)`` of every job (`fn` a module-level function, so a worker can be
+    sent it), in job order: here, or in `workers` processes with at most two jobs each in
+    flight (so a long file is read as it is rendered)."""
     if workers == 1:
-        yield from (_render_episode(renderer, *job) for job in jobs)
+        yield from (fn(renderer, *job) for job in jobs)
         return
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     pool = ProcessPoolExecutor(workers, context, _start_worker, (renderer,))
     try:
         pending = collections.deque(
-            pool.submit(_work, job) for job in itertools.islice(jobs, 2 * workers)
+            pool.submit(_work, (fn, job)) for job in itertools.islice(jobs, 2 * workers)
         )
         while pending:
             result = pending.popleft().result()
-            pending.extend(pool.submit(_work, job) for job in itertools.islice(jobs, 1))
+            pending.extend(pool.submit(_work, (fn, job)) for job in itertools.islice(jobs, 1))
             yield result
     finally:
         pool.shutdown(cancel_futures=True)

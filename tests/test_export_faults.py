@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from curi.splits import make_split
 
 OLD = {"n": 9, "seed": 1}  # the export already in place
 NEW = {"n": 7, "seed": 0}  # the export that is killed (fewer shards: stale ones must go)
+AFTER = {"n": 3, "seed": 2}  # the next export (fewer shards than either: theirs must go)
 SHARD = 2
 
 # The child exports NEW over OLD and stops at a chosen point: before the K-th episode is made
@@ -61,12 +63,21 @@ export_episodes(bank, make_split(bank, "counting"), "test", Path(out), n=int(n),
 print("DONE", flush=True)
 """
 
-# (where, k): every phase of each format: while episodes are made, at each rename of a data
+# (where, k): every phase of each format: while episodes are made, at the rename of the list of
+# files being published (the first rename, before the old card goes), at each rename of a data
 # file, and just before the card is renamed into place (the last rename).
 KILLS = {
-    "eps.tar": [("episode", 1), ("episode", 4), ("replace", 0), ("replace", 2), ("replace", 4)],
-    "eps.jsonl": [("episode", 4), ("replace", 0), ("replace", 1)],
-    "eps.jsonl.gz": [("episode", 4), ("replace", 0), ("replace", 1)],
+    "eps.tar": [("episode", 1), ("episode", 4)] + [("replace", k) for k in (0, 1, 3, 4, 5)],
+    "eps.jsonl": [("episode", 4), ("replace", 0), ("replace", 1), ("replace", 2)],
+    "eps.jsonl.gz": [("episode", 4), ("replace", 0), ("replace", 1), ("replace", 2)],
+}
+
+
+# What an export of AFTER leaves in its folder: its files and card, nothing hidden.
+FILES = {
+    "eps.tar": ["eps-00000.tar", "eps-00001.tar", "eps.tar.card.md"],
+    "eps.jsonl": ["eps.jsonl", "eps.jsonl.card.md"],
+    "eps.jsonl.gz": ["eps.jsonl.gz", "eps.jsonl.gz.card.md"],
 }
 
 
@@ -101,6 +112,7 @@ def test_killed_export_leaves_the_old_export_or_a_clear_error(tiny_bank_dir, tin
                                                               tmp_path, name):  # fmt: skip
     old = _episodes(tiny_bank, split, **OLD)
     new = _episodes(tiny_bank, split, **NEW)
+    after = _episodes(tiny_bank, split, **AFTER)
     runs = []
     for where, k in KILLS[name]:
         folder = tmp_path / f"{where}-{k}"
@@ -125,10 +137,13 @@ def test_killed_export_leaves_the_old_export_or_a_clear_error(tiny_bank_dir, tin
             f"{name} killed at {where} {k}: read back {len(got)} episodes, neither the old "
             f"export ({len(old)}) nor the new one ({len(new)}) in full"
         )
-        # The next export to the same path publishes in full and removes the dead temporaries.
-        _export(tiny_bank, split, folder / name, **NEW)
-        assert _read(folder / name) == new
+        # The next export to the same path (its lock was released by the kill) publishes in
+        # full and removes the dead temporaries and every file of both exports it does not
+        # publish itself, the killed one's too: it had listed them before renaming them in.
+        _export(tiny_bank, split, folder / name, **AFTER)
+        assert _read(folder / name) == after, f"{name} {where} {k}"
         assert _temporaries(folder) == [], f"{name} {where} {k}"
+        assert sorted(p.name for p in folder.iterdir()) == sorted(FILES[name]), f"{where} {k}"
 
 
 @pytest.fixture
@@ -193,3 +208,106 @@ def test_changed_json_lines_export_is_refused(tiny_bank, split, tmp_path, name):
     # Without its card a file published whole is read as it is (e.g. copied elsewhere).
     out.with_name(name + ".card.md").unlink()
     assert len(list(read_episode_file(out))) == 4
+
+
+# --- an export replaces only its own files ----------------------------------------------------
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_an_export_never_deletes_another_exports_or_a_users_files(tiny_bank, split, tmp_path):
+    """``eps.tar`` (shards ``eps-NNNNN.tar``, card ``eps.tar.card.md``), ``eps.parquet`` and
+    ``eps.jsonl`` are three exports: writing one leaves the others' files alone (the tar
+    shards were deleted by every later export to the folder), and a user's own file that
+    looks like a shard is never deleted; re-exporting the tar with fewer shards removes only
+    the shards its card listed."""
+    tar = tmp_path / "eps.tar"
+    _export(tiny_bank, split, tar, n=5, seed=0)  # 3 shards
+    shards = _read(tar)
+    mine = tmp_path / "eps-00007.tar"
+    for name in ("eps.parquet", "eps.jsonl", "eps.jsonl.gz"):
+        _export(tiny_bank, split, tmp_path / name, n=2, seed=0)
+        assert (tmp_path / "eps-00002.tar").is_file(), f"{name} deleted the tar shards"
+        assert _read(tar) == shards, name
+    mine.write_bytes(b"a user's own file")
+    _export(tiny_bank, split, tmp_path / "eps.parquet", n=3, seed=1)
+    _export(tiny_bank, split, tar, n=3, seed=1)  # 2 shards: eps-00002.tar was its own
+    assert mine.read_bytes() == b"a user's own file"
+    assert _names(tmp_path) == [
+        "eps-00000.tar", "eps-00001.tar", "eps-00007.tar", "eps.jsonl", "eps.jsonl.card.md",
+        "eps.jsonl.gz", "eps.jsonl.gz.card.md", "eps.parquet", "eps.parquet.card.md",
+        "eps.tar.card.md",
+    ]  # fmt: skip
+    mine.unlink()  # (the reader refuses a shard its card does not list)
+    assert _read(tar) == _episodes(tiny_bank, split, n=3, seed=1)
+    assert len(_read(tmp_path / "eps.jsonl")) == 2 and len(_read(tmp_path / "eps.parquet")) == 3
+
+
+def test_a_list_left_by_a_killed_export_names_only_its_own_files(tiny_bank, split, tmp_path):
+    """The list of files an interrupted export was publishing lets the next export delete only
+    files of that export (its shards), never a path outside the folder or another export's."""
+    (tmp_path / "sub").mkdir()
+    victims = [tmp_path / "victim.txt", tmp_path / "eps.parquet", tmp_path / "sub" / "x"]
+    for v in victims:
+        v.write_text("keep")
+    (tmp_path / "eps-00009.tar").write_bytes(b"a shard of the killed export")
+    names = ["../victim.txt", "victim.txt", "eps.parquet", "sub/x", "", ".", "eps-00009.tar", 7]
+    (tmp_path / ".eps.tar.card.md.publishing").write_text(json.dumps(names))
+    _export(tiny_bank, split, tmp_path / "eps.tar", n=3, seed=0)
+    assert all(v.read_text() == "keep" for v in victims)
+    assert not (tmp_path / "eps-00009.tar").exists()
+    assert _names(tmp_path) == ["eps-00000.tar", "eps-00001.tar", "eps.parquet",
+                                "eps.tar.card.md", "sub", "victim.txt"]  # fmt: skip
+
+
+# A process that holds the lock of an export (as a running export does) until it is killed.
+HOLDER = """
+import sys, time
+from curi.atomic import exclusive
+with exclusive(sys.argv[1], what="x", error=RuntimeError):
+    print("HELD", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_two_exports_to_the_same_path_do_not_both_succeed(tiny_bank, split, tmp_path):
+    """While one export of ``eps.tar`` runs, a second fails at once with a message naming the
+    holder (before, the last writer won and both reported success); the lock is released when
+    the holder is killed (SIGKILL), so it is never stale; an export to another path runs."""
+    from curi.errors import ConfigError
+
+    out = tmp_path / "eps.tar"
+    _export(tiny_bank, split, out, n=3, seed=0)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        busy = rf"out=.*eps.tar is being written by another process \(pid {holder.pid}, holding"
+        with pytest.raises(ConfigError, match=busy):
+            _export(tiny_bank, split, out, n=5, seed=1)
+        _export(tiny_bank, split, tmp_path / "eps.jsonl", n=2, seed=0)  # another path: free
+        assert _read(out) == _episodes(tiny_bank, split, n=3, seed=0)  # untouched
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        holder.stdout.close()
+    _export(tiny_bank, split, out, n=5, seed=1)
+    assert _read(out) == _episodes(tiny_bank, split, n=5, seed=1)
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no lock file left
+
+
+def test_the_cli_names_the_holder_of_an_export(tiny_bank_dir, tmp_path):
+    from conftest import run_curi
+
+    from curi.atomic import exclusive
+    from curi.errors import ConfigError
+
+    out = tmp_path / "eps.jsonl"
+    with exclusive(out, what="x", error=ConfigError):  # this process holds it
+        r = run_curi("episodes", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=2",
+                     "split=counting", "progress=false", f"out={out}", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    busy = f"curi episodes: error: out={out} is being written by another process (pid {os.getpid()}"
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr[-2000:]
+    assert r.stderr.startswith(busy), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not out.exists()

@@ -115,3 +115,40 @@ def test_cli_tar_with_sounds_holds_a_wav_per_scene(tiny_bank_dir, tmp_path):
     wavs = sorted(k for k in samples[0] if k.endswith(".wav"))
     assert len(wavs) == len(ep["support_labels"]) + len(ep["query_labels"]) == 50
     assert all(samples[0][k][:4] == b"RIFF" and samples[0][k][8:12] == b"WAVE" for k in wavs)
+
+
+# --- rendering an export's files in worker processes -----------------------------------------
+@pytest.mark.parametrize("name", ["e.parquet", "e.tar"])
+def test_an_export_is_the_same_bytes_for_any_number_of_workers(tiny_bank, split, tmp_path, name):
+    """`media` files rendered here (with 1 or 2 torch threads) or in 2 or 3 worker processes
+    (one torch thread each) make the same export, byte for byte; torch's threads are put back."""
+    import torch
+
+    small = media("image", width=48, height=32)
+    before = torch.get_num_threads()
+    runs = {}
+    for workers, threads in [(1, 1), (1, 2), (2, None), (3, 1)]:
+        out = export_episodes(tiny_bank, split, "test", tmp_path / f"{workers}-{threads}" / name,
+                              n=5, shard_size=2, progress=False, media=small, workers=workers,
+                              threads=threads)  # fmt: skip
+        runs[workers, threads] = [p.read_bytes() for p in out["files"]]
+        assert torch.get_num_threads() == before
+    first = runs[1, 1]
+    assert len(first) == (1 if name.endswith(".parquet") else 3)
+    assert all(files == first for files in runs.values())
+
+
+def test_cli_renders_media_in_workers_with_the_renderers_settings(tiny_bank_dir, tmp_path):
+    """`curi episodes ... media=image` takes ``workers`` and ``threads`` as `curi episodes
+    render` does (documented in --help), with the same bytes for any number of workers."""
+    args = ["n=3", "media=image", "shard_size=2"]
+    _cli_export(tiny_bank_dir, tmp_path, tmp_path / "a" / "e.tar", *args, "workers=2")
+    _cli_export(tiny_bank_dir, tmp_path, tmp_path / "b" / "e.tar", *args, "workers=1",
+                "threads=2")  # fmt: skip
+    for shard in ("e-00000.tar", "e-00001.tar"):
+        assert (tmp_path / "a" / shard).read_bytes() == (tmp_path / "b" / shard).read_bytes()
+    r = run_curi("episodes", "workers=0", f"out={tmp_path / 'x.tar'}", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("curi episodes: error: workers must be")
+    help_text = run_curi("episodes", "--help", cwd=tmp_path).stdout
+    assert "workers=null" in help_text and "one per available core" in help_text
+    assert "threads=1" in help_text and "torch CPU threads" in help_text
