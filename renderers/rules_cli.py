@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from curi import validate
 from curi.commands import open_bank_from_config, split_from_config
 from curi.errors import ConceptError, ConfigError
+from curi.paths import regular_file
 from curi.renderers.text_export import export_rule_tasks
 from curi.tasks import RuleTaskSampler, format_mix
 
@@ -20,17 +21,26 @@ __all__ = ["read_rules", "rules"]
 log = logging.getLogger("curi")
 
 
+#: Rules files take the postfix form (as `ConceptBank.concepts` holds it); `curi split` prints
+#: concepts in the readable form (`Concept.pretty`), which no parser reads back.
+POSTFIX_HINT = (
+    "rules are written in the postfix form, e.g. 'x color? blue = lambda S. exists=', not the "
+    "readable form 'exists x in S: color(x) = blue' that curi split prints"
+)
+
+
 def read_rules(path: str | Path) -> list[str]:
     """Rule programs from a file, one per line (blank lines and ``#`` comments skipped), each
-    checked by the parser.
+    checked by the parser. Programs are in the postfix form (`POSTFIX_HINT`).
 
     Raises:
-        ConfigError: a missing file, or none in it.
+        ConfigError: a missing file or one that is not a regular file (a FIFO would block the
+            read), or none in it.
         ConceptError: a line that does not parse, naming the file and line.
     """
     from curi.concepts import parse
 
-    path = Path(path)
+    path = regular_file(path, "rules file")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -43,7 +53,10 @@ def read_rules(path: str | Path) -> list[str]:
         try:
             parse(text)
         except ConceptError as e:
-            raise ConceptError(f"{path} line {n}: rule {text!r} does not parse: {e}") from None
+            hint = f"; {POSTFIX_HINT}" if any(c in text for c in "():,") else ""
+            raise ConceptError(
+                f"{path} line {n}: rule {text!r} does not parse: {e}{hint}"
+            ) from None
         out.append(text)
     if not out:
         raise ConfigError(f"the rules file {path} holds no rule")
