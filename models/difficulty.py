@@ -17,23 +17,59 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
+from curi import validate
 from curi.atomic import write_text
 from curi.concepts import parse
 from curi.divergence import DivergenceIndex
 from curi.episodes import EpisodeSampler
-from curi.errors import ConfigError
+from curi.errors import ConfigError, SplitError
 from curi.models.checkpoint import check_checkpoint_bank
-from curi.oracles.difficulty import auc_table, concept_sample, oracle_outcomes, split_correlations
+from curi.oracles.difficulty import (
+    MAX_EPISODES_PER_CONCEPT,
+    MIN_SPLITS,
+    auc_table,
+    concept_sample,
+    oracle_outcomes,
+    split_correlations,
+)
 from curi.oracles.gap import EvalSet
 from curi.oracles.metrics import average_precision_batch
 from curi.predictors import COMBINED, PREDICTORS, predictor_scores
 from curi.splits import Split, make_split
 
-__all__ = ["PerConceptSampler", "check_checkpoint_bank", "difficulty", "difficulty_report",
-           "model_outcomes", "write_report"]  # fmt: skip
+__all__ = ["PerConceptSampler", "check_checkpoint_bank", "check_options", "difficulty",
+           "difficulty_report", "model_outcomes", "write_report"]  # fmt: skip
 
 log = logging.getLogger("curi")
 EASY = "easiness_"  # prefix of the predictors' columns in the per-concept table
+MIN_CONCEPTS = 2  # an AUC ranks easy against hard test concepts: a split needs two at least
+
+
+def check_options(*, episodes, max_concepts) -> None:
+    """The cheap checks of `difficulty_report`'s counts, made before a bank opens.
+
+    Raises:
+        ConfigError: naming the key, the value and the allowed range.
+    """
+    validate.integer(episodes, "episodes_per_concept", low=1, high=MAX_EPISODES_PER_CONCEPT)
+    if max_concepts is not None:
+        validate.integer(max_concepts, "max_concepts", low=MIN_CONCEPTS)
+
+
+def _check_scorable(split: Split, sample: np.ndarray) -> None:
+    """Refuse a split with too few test concepts to rank (none, or one).
+
+    Raises:
+        SplitError: naming the split and how many test concepts it has.
+    """
+    if len(sample) >= MIN_CONCEPTS:
+        return
+    has = "no test concepts" if len(split.test) == 0 else f"{len(split.test)} test concept"
+    raise SplitError(
+        f"split {split.name!r} has {has} in this bank; curi difficulty ranks easy against hard "
+        f"test concepts (an AUC) and needs at least {MIN_CONCEPTS} per split: drop it from "
+        "splits= or give it a larger test set"
+    )
 
 
 class PerConceptSampler:
@@ -142,6 +178,7 @@ def difficulty_report(
     Returns:
         ``{"rows", "auc_oracle", "auc_model", "auc_exact", "splits", "correlations"}``.
     """
+    check_options(episodes=episodes, max_concepts=max_concepts)
     names = list(predictors or [*PREDICTORS, *COMBINED])
     resolved = [s if isinstance(s, Split) else make_split(bank, s) for s in splits]
     checkpoints = dict(checkpoints or {})
@@ -149,6 +186,8 @@ def difficulty_report(
     if unknown:
         raise ConfigError(f"checkpoints for splits not in splits: {sorted(unknown)}")
     samples = {s.name: concept_sample(s, max_concepts, seed) for s in resolved}
+    for s in resolved:
+        _check_scorable(s, samples[s.name])
     scores = predictor_scores(
         bank.concepts, [(s.name, s.train, samples[s.name]) for s in resolved],
         predictors=names, seed=seed,
@@ -158,9 +197,6 @@ def difficulty_report(
     rows, split_rows = [], []
     for s in resolved:
         te = samples[s.name]
-        if len(te) == 0:
-            log.warning("split %r has no test concepts; skipped", s.name)
-            continue
         orc = oracle_outcomes(bank, s, te, episodes=episodes, negatives=negatives, prior=prior,
                               likelihood=likelihood, seed=seed, eval_set=ev)  # fmt: skip
         mod = None
@@ -231,6 +267,18 @@ def _md_auc(table: list[dict], title: str) -> list[str]:
     return lines
 
 
+def _md_correlations(report: dict) -> list[str]:
+    """The per-split correlation table, or one line saying why there is none."""
+    names = [r["split"] for r in report["splits"]]
+    if len(names) < MIN_SPLITS:
+        return [f"A correlation over splits needs at least {MIN_SPLITS} splits; this report has "
+                f"{len(names)} ({', '.join(names)}): give more in splits= to see it."]  # fmt: skip
+    return ["| predictor | Pearson | Spearman | splits |", "|---|---|---|---|"] + [
+        f"| {c['predictor']} | {_fmt(c['pearson'])} | {_fmt(c['spearman'])} | {c['splits']} |"
+        for c in report["correlations"]
+    ]  # fmt: skip
+
+
 def write_report(
     report: dict, out_dir: str | Path, *, settings: Mapping | None = None
 ) -> list[Path]:
@@ -254,10 +302,8 @@ def write_report(
     md += _md_auc(report["auc_oracle"], "ROC AUC against the weak oracle's per-concept AP")
     md += _md_auc(report["auc_model"], "ROC AUC against the model's per-concept AP")
     md += _md_auc(report["auc_exact"], "ROC AUC against the decoded concept's exact match")
-    md += ["## Per split: mean easiness against the weak oracle's mAP", "",
-           "| predictor | Pearson | Spearman | splits |", "|---|---|---|---|"]  # fmt: skip
-    md += [f"| {c['predictor']} | {_fmt(c['pearson'])} | {_fmt(c['spearman'])} | {c['splits']} |"
-           for c in report["correlations"]]  # fmt: skip
+    md += ["## Per split: mean easiness against the weak oracle's mAP", ""]
+    md += _md_correlations(report)
     written.append(write_text(out / "auc.md", "\n".join(md) + "\n"))
     slim = {k: v for k, v in report.items() if k != "rows"}
     written.append(write_text(out / "difficulty.json", json.dumps(slim, indent=2, default=str)))
@@ -296,8 +342,9 @@ def difficulty(cfg: DictConfig) -> None:
     """Predict which test concepts are hard (unobserved local structures) and check it."""
     from curi.commands import open_bank_from_config
 
-    bank = open_bank_from_config(cfg)
     c = OmegaConf.to_container(cfg, resolve=True)
+    check_options(episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"])
+    bank = open_bank_from_config(cfg)
     splits = c["splits"] if isinstance(c["splits"], list) else [c["splits"]]
     checkpoints = dict(c.get("checkpoints") or {})
     if c.get("checkpoint"):

@@ -21,7 +21,12 @@ from curi.posterior import predictive_on
 from curi.rng import derive_rng
 from curi.splits import Split
 
+MIN_SPLITS = 3  # a correlation over splits needs at least three of them
+MAX_EPISODES_PER_CONCEPT = 10**6
+
 __all__ = [
+    "MAX_EPISODES_PER_CONCEPT",
+    "MIN_SPLITS",
     "auc_table",
     "concept_sample",
     "easy_labels",
@@ -98,7 +103,8 @@ def oracle_outcomes(
     Returns:
         ``{"concept": (C,), "ap": (C,), "cba": (C,)}``.
     """
-    episodes = validate.integer(episodes, "episodes_per_concept", low=1, high=10**6)
+    episodes = validate.integer(episodes, "episodes_per_concept", low=1,
+                                high=MAX_EPISODES_PER_CONCEPT)  # fmt: skip
     concepts = np.asarray(split.test if concepts is None else concepts, np.int64)
     ev = eval_set if eval_set is not None else EvalSet.from_bank(bank)
     kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
@@ -174,7 +180,8 @@ def auc_table(
 
 def split_correlations(split_rows: Sequence[Mapping], predictors: Sequence[str], metric: str):
     """Per-split correlation (Pearson and Spearman, over splits) of each predictor's mean
-    easiness with the split's `metric`, beside ``-d_compound`` (the seed's Table 5).
+    easiness with the split's `metric`, beside ``-d_compound`` (the seed's Table 5). NaN with
+    fewer than `MIN_SPLITS` splits, or when either side is constant.
 
     Args:
         split_rows: one mapping per split with `metric`, ``d_compound`` and ``mean_<p>`` keys.
@@ -188,7 +195,7 @@ def split_correlations(split_rows: Sequence[Mapping], predictors: Sequence[str],
     cols.append(("-D_C", -np.array([r["d_compound"] for r in split_rows], float)))
     for name, x in cols:
         ok = np.isfinite(x) & np.isfinite(y)
-        if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+        if ok.sum() < MIN_SPLITS or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
             pr = sr = float("nan")
         else:
             pr = float(stats.pearsonr(x[ok], y[ok]).statistic)

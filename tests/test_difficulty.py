@@ -5,6 +5,7 @@ the bank check of checkpoints, and the command end to end on the tiny bank."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 from conftest import run_curi
 
 from curi import ConfigError, make_split
+from curi.errors import SplitError
+from curi.models.difficulty import difficulty_report, write_report
 from curi.oracles.difficulty import (
     auc_table,
     easy_labels,
@@ -116,3 +119,38 @@ def test_command_end_to_end(tiny_bank_dir, tmp_path):
     assert all(r["model_ap"] for r in rows if r["split"] == "boolean")
     assert all(int(r["length"]) == len(r["concept"].split()) for r in rows)
     assert (res / "difficulty.png").stat().st_size > 0 and (res / "auc.md").is_file()
+
+
+@pytest.mark.parametrize("n_test", [0, 1])
+def test_split_with_too_few_test_concepts_is_one_clear_error(tiny_bank, n_test):
+    sp = make_split(tiny_bank, "boolean")
+    few = dataclasses.replace(sp, name="few", test=sp.test[:n_test])
+    with pytest.raises(SplitError, match=r"split 'few' has (no test concepts|1 test concept) "
+                                         r"in this bank; .*needs at least 2"):
+        difficulty_report(tiny_bank, [sp, few], max_concepts=2, episodes=1)
+    with pytest.raises(ConfigError, match=r"max_concepts must be an integer in \[2, "):
+        difficulty_report(tiny_bank, [sp], max_concepts=1, episodes=1)
+
+
+def test_command_on_an_empty_test_set_ends_in_one_line(tiny_bank_dir, tmp_path):
+    empty = "{name:long,rule:length,threshold:100,val:same_as_test}"  # no concept that long
+    out = run_curi("difficulty", "bank=tiny", f"data_dir={tiny_bank_dir.parent}",
+                   f"splits=[{empty}]", f"output_dir={tmp_path}", "progress=false",
+                   cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1 and "'long'" in err[0] and "test" in err[0], out.stderr
+    out = run_curi("difficulty", "bank=tiny", "max_concepts=0", "data_dir=/nonexistent",
+                   f"output_dir={tmp_path}", cwd=tmp_path)  # checked before the bank opens
+    assert out.returncode == 2 and "max_concepts must be an integer" in out.stderr, out.stderr
+
+
+def test_fewer_than_three_splits_say_why_there_is_no_correlation(tiny_bank, tmp_path):
+    report = difficulty_report(tiny_bank, ["boolean", "extrinsic"], predictors=["2-LS"],
+                               max_concepts=4, episodes=1)  # fmt: skip
+    write_report(report, tmp_path)
+    md = (tmp_path / "auc.md").read_text()
+    section = md[md.index("## Per split") :]
+    assert "needs at least 3 splits; this report has 2 (boolean, extrinsic)" in section
+    assert "nan" not in section and "| -D_C |" not in section
+    assert len(report["correlations"]) == 2  # difficulty.json keeps them
