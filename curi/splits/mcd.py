@@ -607,7 +607,8 @@ def _best_growth(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int
     greedy's outcome varies by several hundredths of D_C with its random samples. With a
     `target_dc`, the first restart (in restart order) within half the tolerance of it ends
     the search. The result does not depend on the number of workers. The progress bar counts
-    the units grown by all restarts (in processes, read from a shared array every `POLL_SECONDS`)."""
+    the units grown by all restarts (in processes: read from a shared array every
+    `POLL_SECONDS`)."""
     global _WORK
     n, total = opts.restarts, sum(grow.values())
     workers = min(opts.workers or available_cores(), n)
