@@ -12,6 +12,8 @@ import itertools
 import json
 import logging
 import multiprocessing
+import os
+import signal
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -259,15 +261,36 @@ def _collect(done, table, total, progress, name: str) -> list[dict]:
 _RENDERER: Renderer | None = None  # a worker process's renderer (`_start_worker`)
 
 
-def _start_worker(renderer: Renderer) -> None:
-    """Set up a worker process: its renderer (inherited when forked), one torch thread (a
-    forked process hangs in OpenMP if its parent started OpenMP threads: seen with
-    ``threads=null``; and one thread per process was the fastest on 2 cores), and a
-    `_keep_freed_memory` allocator."""
+def _start_worker(renderer: Renderer, parent: int) -> None:
+    """Set up a worker process of the process `parent`: its renderer (inherited when forked),
+    one torch thread (a forked process hangs in OpenMP if its parent started OpenMP threads:
+    seen with ``threads=null``; and one thread per process was the fastest on 2 cores), a
+    `_keep_freed_memory` allocator, and its end with its parent's (`_die_with_parent`)."""
     global _RENDERER
     _RENDERER = renderer
     torch.set_num_threads(1)
     _keep_freed_memory()
+    _die_with_parent(parent)
+
+
+_PR_SET_PDEATHSIG = 1  # Linux's prctl option (sys/prctl.h)
+
+
+def _die_with_parent(parent: int) -> bool:
+    """Have the kernel kill this worker when its parent process ends, even by SIGKILL: the
+    workers of a killed parent otherwise waited forever on their job queue, holding what
+    they inherited (an export's lock, `curi.atomic.exclusive`). Returns whether it was set
+    (only on Linux); a parent already gone ends the worker at once."""
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError, TypeError):  # not Linux
+        return False
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
+    if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        return False
+    if os.getppid() != parent:  # it ended before the line above
+        os._exit(1)
+    return True
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
@@ -306,7 +329,7 @@ def _in_order(renderer: Renderer, fn: Callable, jobs: Iterator[tuple], workers: 
         return
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    pool = ProcessPoolExecutor(workers, context, _start_worker, (renderer,))
+    pool = ProcessPoolExecutor(workers, context, _start_worker, (renderer, os.getpid()))
     try:
         pending = collections.deque(
             pool.submit(_work, (fn, job)) for job in itertools.islice(jobs, 2 * workers)

@@ -311,3 +311,54 @@ def test_the_cli_names_the_holder_of_an_export(tiny_bank_dir, tmp_path):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr[-2000:]
     assert r.stderr.startswith(busy), r.stderr[-2000:]
     assert "Traceback" not in r.stderr and not out.exists()
+
+
+# An export whose files are rendered in 2 worker processes, stopped (HIT) once they run.
+WORKERS_CHILD = """
+import sys, time
+from pathlib import Path
+from curi import load_bank, make_split
+from curi.episodes import EpisodeSampler
+from curi.export import export_episodes
+from curi.renderers.rerender import media
+
+get = EpisodeSampler.__getitem__
+def getitem(self, i):
+    if i == 6:  # the workers have rendered or are rendering episodes 0..5
+        print("HIT", flush=True)
+        time.sleep(120)
+    return get(self, i)
+EpisodeSampler.__getitem__ = getitem
+bank = load_bank(sys.argv[1])
+export_episodes(bank, make_split(bank, "counting"), "test", Path(sys.argv[2]), n=20,
+                progress=False, media=media("image", width=32, height=24), workers=2)
+"""
+
+
+def test_a_killed_export_with_workers_leaves_no_lock_held(tiny_bank_dir, tiny_bank, split,
+                                                          tmp_path):  # fmt: skip
+    """The workers rendering an export's files end with it when it is killed (SIGKILL): they
+    waited forever for jobs before, holding the export's lock they inherited, so no later
+    export to that path could run."""
+    import time
+
+    from curi.errors import ConfigError
+
+    out = tmp_path / "eps.tar"
+    child = subprocess.Popen([sys.executable, "-c", WORKERS_CHILD, str(tiny_bank_dir), str(out)],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "HIT"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            _export(tiny_bank, split, out, n=3, seed=0)
+            break
+        except ConfigError as e:  # the workers take a moment to end
+            assert time.monotonic() < deadline, f"the lock is still held 20 s after the kill: {e}"
+            time.sleep(0.2)
+    assert _read(out) == _episodes(tiny_bank, split, n=3, seed=0)
