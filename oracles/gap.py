@@ -15,11 +15,12 @@ import numpy as np
 from curi import validate
 from curi.bits import byte_codes, pack_rows, transpose_blocks, unpack_rows
 from curi.divergence import bank_index
-from curi.episodes import EpisodeSampler
+from curi.episodes import NEGATIVES, EpisodeSampler
+from curi.errors import ConfigError
 from curi.machine import available_cores
 from curi.oracles.metrics import class_balanced_accuracy_batch, pooled_class_balanced_accuracy
 from curi.oracles.policies import Oracle
-from curi.posterior import predictive_on
+from curi.posterior import LIKELIHOODS, PRIORS, predictive_on
 from curi.rng import derive_rng
 from curi.splits import PAPER_SPLITS, Split, make_split
 
@@ -311,13 +312,22 @@ def compositionality_gap(
 
     Raises:
         ConfigError: episodes outside [1, `MAX_GAP_EPISODES`], a negative number of workers,
-            or a seed that is not a non-negative integer.
+            a seed that is not a non-negative integer, an unknown prior, likelihood or kind of
+            negatives, or no split or no negatives at all.
     """
     episodes, workers, seed = check_gap_options(episodes, workers, seed)
+    validate.choice(prior, "prior", PRIORS)  # else refused in a worker, after the bank loaded
+    validate.choice(likelihood, "likelihood", LIKELIHOODS)
     if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
         splits = [splits]
     if isinstance(negatives, str):
         negatives = [negatives]
+    splits, negatives = list(splits), list(negatives)
+    if not splits or not negatives:  # else an empty table, after the evaluation set is built
+        raise ConfigError(f"give at least one split and one kind of negatives, got {splits} "
+                          f"and {negatives}")  # fmt: skip
+    for neg in negatives:
+        validate.choice(neg, "negatives", NEGATIVES)
     resolved = {}
     for s in splits:
         sp = s if isinstance(s, Split) else make_split(bank, s)

@@ -76,6 +76,16 @@ def _gap(bank, **kw):
     return compositionality_gap(bank, "concept_iid", "hard", progress=False, **kw)
 
 
+def compositionality_gap(bank, splits, negatives):
+    from curi.oracles import compositionality_gap as gap
+
+    return gap(bank, splits, negatives, progress=False, episodes=2, workers=1)
+
+
+def _gap_negatives(bank, negatives):
+    return compositionality_gap(bank, "concept_iid", negatives)
+
+
 def _train(**kw):
     from curi.models.config import TrainSettings
 
@@ -120,6 +130,12 @@ API_CASES = [
     ("gap", lambda b, t: _gap(b, workers=-1), "workers " + RANGE),
     ("gap", lambda b, t: _gap(b, seed=-1), "seed " + RANGE),
     ("gap", lambda b, t: _gap(b, seed=2.5), "seed " + RANGE),
+    # gap: prior=foo failed in a worker after the bank loaded, splits=[] after the eval set
+    ("gap", lambda b, t: _gap(b, prior="foo"), "prior must be one of"),
+    ("gap", lambda b, t: _gap(b, likelihood="foo"), "likelihood must be one of"),
+    ("gap", lambda b, t: compositionality_gap(b, [], "hard"), "give at least one split"),
+    ("gap", lambda b, t: compositionality_gap(b, "boolean", []), "give at least one split"),
+    ("gap", lambda b, t: _gap_negatives(b, ["hard", "hrd"]), "negatives must be one of"),
     # train: batch_size=0 silently became 64, embed_dim=0 trained at loss ln 2
     ("train", lambda b, t: _train(batch_size=0), "train.batch_size " + RANGE),
     ("train", lambda b, t: _train(batch_size=2.5), "train.batch_size " + RANGE),
