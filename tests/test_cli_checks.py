@@ -106,6 +106,18 @@ def test_the_users_own_interpolations_still_resolve(tiny_bank_dir, tmp_path, mon
     assert (out / "gap.json").is_file() and (out / ".hydra" / "config.yaml").is_file()
 
 
+def test_a_value_made_a_list_is_not_resolved_twice(tiny_bank_dir, tmp_path, monkeypatch):
+    """``splits=X`` becomes ``[X]``; the resolved X was written back into the config and
+    resolved again, so a variable holding ``${...}`` was read as an interpolation."""
+    monkeypatch.setenv("CURI_TEST_SECRET", SECRET)
+    monkeypatch.setenv("CURI_TEST_SPLITS", "${oc.env:CURI_TEST_SECRET}")
+    r = run_curi("gap", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "negatives=hard",
+                 "splits=${oc.env:CURI_TEST_SPLITS}", f"output_dir={tmp_path / 'o'}",
+                 cwd=tmp_path)  # fmt: skip
+    line = _one_line_error(r, "curi gap: error: unknown split '${oc.env:CURI_TEST_SECRET}'")
+    assert SECRET not in line + r.stdout + _everything(tmp_path)
+
+
 def test_a_fifo_as_split_file_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "s.json"
     os.mkfifo(fifo)
