@@ -149,32 +149,38 @@ def _is_number(v) -> bool:
 
 
 @cache
-def choices() -> dict[str, tuple[str, ...]]:
+def choices() -> dict[str, tuple]:
     """Dotted option -> the values it takes (each item's, for a list; null too where that is
-    the default), for every command with that option: the library's own tables, so that a
-    misspelt value is refused before a bank opens rather than in a worker."""
+    the default; the type ``float`` stands for any number), for every command with that
+    option: the library's own tables, so that a misspelt value is refused before a bank opens
+    rather than in a worker or after the work."""
     from curi.compounds import COMPOUND_KINDS
     from curi.episodes import NEGATIVES, QUERY_NEGATIVES
     from curi.export import list_media
     from curi.posterior import LIKELIHOODS, PRIORS
+    from curi.predictors import COMBINED, PREDICTORS
     from curi.splits.base import SUBSETS
     from curi.tasks.replies import RULE_KINDS
     from curi.tasks.sampler import HYPOTHESES
 
+    # threshold: the names of oracles.difficulty.auc_table, a layer the core does not import
     return {"prior": PRIORS, "likelihood": LIKELIHOODS, "negatives": NEGATIVES,
             "query_negatives": QUERY_NEGATIVES, "subset": SUBSETS, "hypotheses": HYPOTHESES,
             "kinds": RULE_KINDS, "mcd.compounds": COMPOUND_KINDS,
-            "media": tuple(list_media())}  # fmt: skip
+            "media": tuple(list_media()), "predictors": (*PREDICTORS, *COMBINED),
+            "threshold": ("median", "pooled_median", float)}  # fmt: skip
 
 
 def _check_choice(key: str, default, value) -> None:
     valid = choices().get(key)
     if valid is None or (value is None and default is None):
         return
+    names = [v for v in valid if not isinstance(v, type)]
+    number = float in valid
     for item in value if isinstance(value, list) else [value]:
-        if isinstance(item, bool) or item not in valid:
-            null = " or null" if default is None else ""
-            raise ConfigError(f"{key} must be one of {', '.join(valid)}{null}, got {item!r}")
+        if not (item in names and not isinstance(item, bool) or number and _is_number(item)):
+            more = " or a number" if number else " or null" if default is None else ""
+            raise ConfigError(f"{key} must be one of {', '.join(names)}{more}, got {item!r}")
 
 
 def _check_value(key: str, default, value):

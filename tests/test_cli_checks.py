@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -143,7 +144,8 @@ def test_the_enumerated_options_cover_every_command():
     for command in ("episodes", "rules", "show", "train", "eval", "difficulty", "baselines"):
         assert (command, "negatives") in found
     more = {("gap", "negatives"), ("episodes", "subset"), ("episodes", "media"),
-            ("rules", "hypotheses"), ("rules", "kinds"), ("curve", "mcd.compounds")}  # fmt: skip
+            ("rules", "hypotheses"), ("rules", "kinds"), ("curve", "mcd.compounds"),
+            ("difficulty", "predictors"), ("difficulty", "threshold")}  # fmt: skip
     assert more <= found
 
 
@@ -156,12 +158,13 @@ def _nested(key: str, value) -> dict:
 def test_every_enumerated_option_refuses_a_value_outside_its_choices(command, key):
     opts = load_options(command.replace(".", "_"))
     default = dict(_flatten(opts.defaults))[key]
-    valid = choices()[key]
+    valid = [0.5 if v is float else v for v in choices()[key]]  # float: any number
     for value in valid:  # every valid value passes, alone or in a list
         check_config(_nested(key, [value] if isinstance(default, list) else value), opts)
-    bad = ["nosuch"] if isinstance(default, list) else "nosuch"
-    with pytest.raises(ConfigError, match=f"^{key} must be one of {', '.join(valid)}"):
-        check_config(_nested(key, bad), opts)
+    names = ", ".join(v for v in valid if isinstance(v, str))
+    for bad in ("nosuch", True):
+        with pytest.raises(ConfigError, match="^" + re.escape(f"{key} must be one of {names}")):
+            check_config(_nested(key, [bad] if isinstance(default, list) else bad), opts)
 
 
 @pytest.mark.parametrize("override", ["prior=foo", "likelihood=foo", "negatives=[hard,hrd]",
