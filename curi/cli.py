@@ -156,7 +156,6 @@ def main(argv: list[str] | None = None) -> None:
     if name not in commands:
         print(f"curi: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
         sys.exit(2)
-    fn = commands[name].load()
     config_name = name.replace(".", "_")  # `episodes.render` -> episodes_render.yaml
     try:
         conf_dir()  # a broken install fails here with one message, not inside Hydra
@@ -171,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         rest = _group_values(rest, opts)
     except CuriError as e:
         _fail(name, e)
+    fn = commands[name].load()  # after the checks: a layer's imports (torch) take seconds
     import hydra
 
     rest = [*rest, *_run_dir(rest, opts)]
