@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from _report import machine, write_section
 
-from curi.commands import open_bank
+from curi.bank import open_bank
 from curi.episodes import EpisodeSampler
 from curi.models.config import TrainSettings
 from curi.models.data import EpisodeBatches, collate_episodes, concept_max_len, make_renderer

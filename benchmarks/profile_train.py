@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch.profiler import record_function
 
-from curi.commands import open_bank
+from curi.bank import open_bank
 from curi.episodes import EpisodeSampler
 from curi.models.config import RunConfig, TrainSettings, build_model
 from curi.models.data import StepBatchSampler, concept_max_len, make_renderer

@@ -4,7 +4,7 @@ paper."""
 
 __version__ = "0.1.0"
 
-from curi.bank import BankConfig, ConceptBank, build_bank, load_bank  # noqa: E402
+from curi.bank import BankConfig, ConceptBank, build_bank, load_bank, open_bank  # noqa: E402
 from curi.concepts import Concept, parse  # noqa: E402
 from curi.divergence import (  # noqa: E402
     DivergenceIndex,
@@ -45,6 +45,7 @@ __all__ = [
     "list_splits",
     "load_bank",
     "make_split",
+    "open_bank",
     "parse",
     "sample_concepts",
 ]

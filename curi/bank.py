@@ -42,7 +42,7 @@ from curi.bank_format import (
 )
 from curi.bits import num_words, popcount, select_bits, transpose_blocks, unpack_rows
 from curi.concepts import MAX_NESTING, Concept, parse
-from curi.errors import BankError, ConfigError, known_options
+from curi.errors import BankError, ConfigError, CuriError, known_options
 from curi.executor import LOCATION_BINS, BitScenes, execute
 from curi.grammar import sample_concepts
 from curi.machine import available_cores
@@ -54,7 +54,7 @@ from curi.rng import derive_rng
 from curi.scenes import LAYOUTS, NUM_BINS, Camera, Scenes, sample_scenes
 from curi.validate import MAX_SEED
 
-__all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data_dir"]
+__all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data_dir", "open_bank"]
 
 log = logging.getLogger(__name__)
 _SCENE_FILES = ("n_objects", "props", "position", "rotation", "pixel")
@@ -709,3 +709,56 @@ def load_bank(path: str | Path, *, verify: bool = True) -> ConceptBank:
         raise BankError(
             f"bank at {path} is damaged: {str(e)[:300]}; rebuild it (add force=true to the command)"
         ) from None
+
+
+def open_bank(
+    bank: BankConfig | Mapping | str,
+    data_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    force: bool = False,
+    build: bool | None = None,
+) -> ConceptBank:
+    """The bank `bank` describes, ready to use: built under `data_dir`, or reused when the same
+    bank is already there (`build_bank`), then loaded without re-hashing its files (the build
+    has just checked it is the bank asked for). The one way every command, training and
+    evaluation open the bank they are given.
+
+    Args:
+        bank: a `BankConfig`, a mapping of its fields, or a preset name (``"tiny"``).
+        data_dir: the data directory (default: `default_data_dir()`).
+        progress: show progress bars while building.
+        force: rebuild even if a bank is already there (implies `build`).
+        build: build the bank when it is missing. None (default): only in the default data
+            directory, so that a misspelt `data_dir` is an error rather than a new bank.
+
+    Raises:
+        ConfigError: a bad bank option.
+        BankError: the bank is missing and may not be built here, or a different bank occupies
+            the folder (and not `force`).
+    """
+    if isinstance(bank, BankConfig):
+        cfg = bank
+    else:
+        cfg = BankConfig.preset(bank) if isinstance(bank, str) else BankConfig.from_mapping(bank)
+    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    if build is None:
+        build = data_dir is None or root.absolute() == default_data_dir().absolute()
+    if not (build or force) and not (root / str(cfg.name) / MANIFEST).is_file():
+        raise BankError(_missing_bank(cfg, root))
+    return load_bank(build_bank(cfg, data_dir, progress=progress, force=force), verify=False)
+
+
+def _missing_bank(cfg: BankConfig, root: Path) -> str:
+    """How to build a missing bank (the preset's name when the config is that preset)."""
+    preset = "bank=" + str(cfg.name)
+    try:
+        if BankConfig.preset(str(cfg.name)) != cfg:
+            preset += " (and the same bank.* options)"
+    except CuriError:
+        preset = f"bank.name={cfg.name} (and the same bank.* options)"
+    return (
+        f"no bank {cfg.name!r} in data_dir {str(root)!r}; build it with `curi bank {preset} "
+        f"data_dir={root}`, or add build=true (a bank is built on its own only in the default "
+        f"data folder, {default_data_dir()})"
+    )

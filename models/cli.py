@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.commands import open_bank
+from curi.bank import open_bank
 from curi.errors import ConfigError
 from curi.models.config import RunConfig, check_eval_options
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from curi import validate
-from curi.commands import open_bank as open_bank_at
+from curi.bank import open_bank as open_bank_at
 from curi.errors import ConfigError, known_options
 from curi.models.data import (
     encoder_options,
@@ -255,7 +255,7 @@ def check_eval_options(*, episodes, seed, batch_size, num_workers, chunk) -> Non
 
 
 def open_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool = False, build=None):
-    """The run's bank (`curi.commands.open_bank`) under `data_dir`, else the folder of
+    """The run's bank (`curi.bank.open_bank`) under `data_dir`, else the folder of
     `bank_path` (the one a checkpoint recorded) when it still holds that bank (its folder is
     named for it: never a sibling of some other folder a crafted checkpoint names), else
     ``run.data_dir`` or the default. A missing bank is built only with `build`, or in the

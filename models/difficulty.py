@@ -340,7 +340,7 @@ def _plot(rows: list[dict], path: Path) -> Path:
 
 def difficulty(cfg: DictConfig) -> None:
     """Predict which test concepts are hard (unobserved local structures) and check it."""
-    from curi.commands import open_bank_from_config
+    from curi.core_cli import open_bank_from_config
 
     c = OmegaConf.to_container(cfg, resolve=True)
     check_options(episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"])

@@ -288,7 +288,7 @@ def evaluate_checkpoint(
             ``checkpoints/last.pt``).
         data_dir: where the bank lives (default: the checkpoint's, else the default folder);
             a missing bank is built from the stored bank config in the default folder, or
-            anywhere with `build` (`curi.commands.open_bank`).
+            anywhere with `build` (`curi.bank.open_bank`).
         subset: ``test`` (default), ``val`` or ``train``.
         episodes: number of episodes (paper: 20,000 test episodes).
         seed: the episodes' seed (the oracles' too).

@@ -6,7 +6,7 @@ import logging
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.commands import open_bank_from_config
+from curi.core_cli import open_bank_from_config
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
 

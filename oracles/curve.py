@@ -250,7 +250,7 @@ def write_curve(result: dict, out_dir: str | Path) -> dict[str, Path]:
 
 def curve(cfg: DictConfig) -> None:
     """Gap versus compound divergence: MCD splits at target D_C, oracles, correlations."""
-    from curi.commands import open_bank_from_config
+    from curi.core_cli import open_bank_from_config
     from curi.oracles.gap import check_gap_options
 
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seeds[0] if cfg.seeds else 0)

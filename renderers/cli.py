@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi import validate
-from curi.commands import open_bank_from_config, split_from_config
+from curi.core_cli import open_bank_from_config, split_from_config
 from curi.errors import ConfigError
 from curi.renderers import get_renderer
 from curi.renderers.rerender import default_workers, render_episode_file

@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from curi import validate
-from curi.commands import open_bank_from_config, split_from_config
+from curi.core_cli import open_bank_from_config, split_from_config
 from curi.errors import ConceptError, ConfigError
 from curi.paths import regular_file
 from curi.renderers.text_export import export_rule_tasks

@@ -172,7 +172,7 @@ def test_build_true_builds_where_asked(tmp_path):
 
 
 def test_open_bank_builds_only_in_the_default_folder(tmp_path, monkeypatch):
-    from curi.commands import open_bank
+    from curi.bank import open_bank
     from curi.errors import BankError
 
     small = {"name": "s", "num_scenes": 2000, "num_draws": 3000, "min_positives": 5,

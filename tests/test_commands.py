@@ -8,7 +8,8 @@ import pytest
 from conftest import TINY
 from omegaconf import OmegaConf
 
-from curi.commands import open_bank, open_bank_from_config
+from curi.bank import open_bank
+from curi.core_cli import open_bank_from_config
 from curi.errors import BankError
 
 
@@ -31,7 +32,7 @@ def test_a_commands_config_opens_the_same_bank(tiny_bank_dir):
 def test_split_command_saves_a_split_that_loads_back(tiny_bank_dir, tmp_path, capsys):
     import json
 
-    from curi.commands import split
+    from curi.core_cli import split
     from curi.splits import make_split
 
     out = tmp_path / "bc.json"
@@ -55,7 +56,7 @@ def test_split_command_saves_a_split_that_loads_back(tiny_bank_dir, tmp_path, ca
 def test_a_generated_splits_progress_follows_the_command(tiny_bank_dir, capsys):
     """`curi split split=mcd progress=false` shows no bars (the rule's own `progress` key
     stays true in conf/split/mcd.yaml)."""
-    from curi.commands import split
+    from curi.core_cli import split
 
     cfg = OmegaConf.create(
         {

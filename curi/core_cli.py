@@ -1,79 +1,24 @@
-"""Thin entry points of the core subcommands: compose config -> plain library calls; and
-`open_bank`, the one way every command (and training, `curi.models.config.open_bank`) opens
-the bank it is given."""
+"""The core's commands (`curi bank`, `curi split`, `curi episodes`): a composed Hydra config
+turned into plain library calls; and the config helpers every layer's CLI uses to open the
+command's bank (`curi.bank.open_bank`) and make its split (`curi.splits.make_split`)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.bank import BankConfig, ConceptBank, build_bank, default_data_dir, load_bank
-from curi.errors import BankError, CuriError
+from curi.bank import ConceptBank, open_bank
 
-__all__ = ["bank", "split", "episodes", "open_bank", "open_bank_from_config"]
+__all__ = ["bank", "split", "episodes", "open_bank_from_config", "split_from_config"]
 
 log = logging.getLogger("curi")
 
 
-def open_bank(
-    bank: BankConfig | Mapping | str,
-    data_dir: str | Path | None = None,
-    *,
-    progress: bool = True,
-    force: bool = False,
-    build: bool | None = None,
-) -> ConceptBank:
-    """The bank `bank` describes, ready to use: built under `data_dir`, or reused when the same
-    bank is already there (`curi.build_bank`), then loaded without re-hashing its files (the
-    build has just checked it is the bank asked for).
-
-    Args:
-        bank: a `BankConfig`, a mapping of its fields, or a preset name (``"tiny"``).
-        data_dir: the data directory (default: `curi.bank.default_data_dir()`).
-        progress: show progress bars while building.
-        force: rebuild even if a bank is already there (implies `build`).
-        build: build the bank when it is missing. None (default): only in the default data
-            directory, so that a misspelt `data_dir` is an error rather than a new bank.
-
-    Raises:
-        ConfigError: a bad bank option.
-        BankError: the bank is missing and may not be built here, or a different bank occupies
-            the folder (and not `force`).
-    """
-    if isinstance(bank, BankConfig):
-        cfg = bank
-    else:
-        cfg = BankConfig.preset(bank) if isinstance(bank, str) else BankConfig.from_mapping(bank)
-    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-    if build is None:
-        build = data_dir is None or root.absolute() == default_data_dir().absolute()
-    if not (build or force) and not (root / str(cfg.name) / "manifest.json").is_file():
-        raise BankError(_missing_bank(cfg, root))
-    return load_bank(build_bank(cfg, data_dir, progress=progress, force=force), verify=False)
-
-
-def _missing_bank(cfg: BankConfig, root: Path) -> str:
-    """How to build a missing bank (the preset's name when the config is that preset)."""
-    preset = "bank=" + str(cfg.name)
-    try:
-        if BankConfig.preset(str(cfg.name)) != cfg:
-            preset += " (and the same bank.* options)"
-    except CuriError:
-        preset = f"bank.name={cfg.name} (and the same bank.* options)"
-    return (
-        f"no bank {cfg.name!r} in data_dir {str(root)!r}; build it with `curi bank {preset} "
-        f"data_dir={root}`, or add build=true (a bank is built on its own only in the default "
-        f"data folder, {default_data_dir()})"
-    )
-
-
 def open_bank_from_config(cfg: DictConfig, *, build: bool | None = None) -> ConceptBank:
     """The bank of a command's config (``bank`` group, ``data_dir``, ``progress`` and the
-    optional ``force`` and ``build``; see `open_bank`)."""
+    optional ``force`` and ``build``; see `curi.bank.open_bank`)."""
     want = cfg.get("build") if build is None else build
     return open_bank(
         OmegaConf.to_container(cfg.bank, resolve=True),
