@@ -1,7 +1,7 @@
-"""DBCA compounds of CURI concepts as seed 000 (Keysers et al. 2020, section 2.1 and Appendix
-L.4) defines them, with the candidate set reported in seed 003 for CFQ: every connected subgraph
-of a concept's canonical tree with at most 5 nodes and branching factor at most 2, plus the
-linear (downward) chains of any length; each weighted in its concept as
+"""DBCA compounds of CURI concepts as Keysers et al. 2020 (section 2.1 and Appendix L.4) define
+them, with the candidate set they used for CFQ (docs/divergence.md, "Compounds"): every connected
+subgraph of a concept's canonical tree with at most 5 nodes and branching factor at most 2, plus
+the linear (downward) chains of any length; each weighted in its concept as
 
     w(G, R) = max over occurrences g of G in R of (1 - max over G' with g a strict subgraph of
               an occurrence g' of G' in R of P(G' | G)),
@@ -37,9 +37,9 @@ __all__ = [
 ]
 
 COMPOUND_KINDS = ("dbca", "depth2")
-MAX_NODES = 5  # non-linear subgraphs have at most this many nodes (CFQ, seed 003)
+MAX_NODES = 5  # non-linear subgraphs have at most this many nodes (CFQ; docs/divergence.md)
 MAX_BRANCHING = 2
-TOP_N = 100_000  # compounds kept by total weight (seed 000 keeps "the ones with highest sum")
+TOP_N = 100_000  # compounds kept by total weight (Keysers et al.: "the ones with highest sum")
 COMMUTATIVE = ("and", "or", "=")
 
 
@@ -172,7 +172,7 @@ def dbca_entries(
     top_n: int | None = TOP_N,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """The weighted compounds of each concept as flat arrays (seed 000, section 2.1).
+    """The weighted compounds of each concept as flat arrays (Keysers et al. 2020, section 2.1).
 
     For every occurrence g of a compound G in a concept R, the strict supergraph occurrences g'
     in R (from the same candidate set) give the types G' containing g; ``P(G' | G)`` counts,
@@ -249,7 +249,8 @@ def dbca_weights(
     top_n: int | None = TOP_N,
     progress: Callable[[int], None] | None = None,
 ) -> list[Counter[str]]:
-    """The weighted compounds of each concept (seed 000, section 2.1), as in `dbca_entries`.
+    """The weighted compounds of each concept (Keysers et al. 2020, section 2.1), as in
+    `dbca_entries`.
 
     Args:
         roots: canonical trees of the concept set over which P is counted (a whole bank).

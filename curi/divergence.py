@@ -2,9 +2,10 @@
 CURI concepts: canonical concept trees, their atoms and compounds, distributions over a concept
 set weighted as episodes sample it, and the Chernoff-coefficient divergences.
 
-Compounds come in two kinds (`COMPOUND_KINDS`): ``dbca`` (the default; seed 000's subgraphs and
-weights, `curi.compounds`) and ``depth2`` (the former definition, `compounds`: depth-<=2
-subtrees, each occurrence counted once), kept so that earlier numbers can be reproduced.
+Compounds come in two kinds (`COMPOUND_KINDS`): ``dbca`` (the default; Keysers et al.'s
+subgraphs and weights, `curi.compounds`) and ``depth2`` (the former definition, `compounds`:
+depth-<=2 subtrees, each occurrence counted once), kept so that earlier numbers can be
+reproduced (docs/divergence.md, "Compounds").
 
 One implementation: `DivergenceIndex` extracts atoms and compounds once and computes every
 distribution and divergence; the plain functions on concept lists build an index over the
@@ -263,7 +264,8 @@ class DivergenceIndex:
 
     Args:
         concepts: the bank's concepts (strings or `Concept`s), e.g. ``bank.concepts``.
-        compound_kind: ``"dbca"`` (seed 000's weighted subgraphs, counted over `concepts`) or
+        compound_kind: ``"dbca"`` (Keysers et al.'s weighted subgraphs, counted over
+            `concepts`) or
             ``"depth2"`` (the former depth-<=2 subtrees, unweighted).
         top_n: ``dbca`` only: the compounds kept, by total weight.
 

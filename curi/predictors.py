@@ -1,9 +1,9 @@
 """Easiness of test concepts (Bogin, Gupta and Berant 2022, section 4.3): 1 when every local
 structure of a concept occurs in the training concepts, else the least similarity of an unobserved
-structure to its most similar observed one; the seed's ablations and baselines, and the CURI
+structure to its most similar observed one; the paper's ablations and baselines, and the CURI
 extensions, as named predictors scored on one train/test pair of a bank.
 
-Choices where the seed's extracted text is silent (all settings, see docs/design notes):
+Choices where the paper is silent (all settings; docs/design.md, "Unobserved local structures"):
 - the program graph's root is the quantifier (``exists=``/``for-all=``/``lambda``) under ``<s>``;
 - a symbol with no neighbour in training has similarity 0 to every symbol, so a concept with a
   test symbol absent from training (binding splits) has easiness 0; it is flagged
@@ -46,9 +46,9 @@ class Predictor:
         shapes: tree shapes kept (None: all of size <= n).
         types: context types of the symbol similarity.
         similarity: False for NoSim (an unobserved structure scores 0).
-        reduce: ``min`` (the seed's rule) or ``frac`` (share of the concept's structures that
+        reduce: ``min`` (the paper's rule) or ``frac`` (share of the concept's structures that
             are observed; an extension: a graded count instead of the worst structure).
-        seed_rule: whether the seed defines it (False: a CURI extension).
+        seed_rule: whether the paper defines it (False: a CURI extension).
     """
 
     kind: str
@@ -74,7 +74,7 @@ VARIANTS = {
     "frac": Predictor("tree", n=4, reduce="frac", seed_rule=False),
 }
 
-#: The predictors of the AUC table: the seed's rules and baselines, then the CURI extensions
+#: The predictors of the AUC table: the paper's rules and baselines, then the CURI extensions
 #: (``cooc*``, ``frac4``, ``*+len``: the mean of a predictor's and the length easiness).
 PREDICTORS = {
     "2-LS": Predictor("tree"),
@@ -140,7 +140,7 @@ def _score(
         else:
             hardest.append("")
         if unseen[j] and pred.reduce == "min":
-            out[j] = 0.0  # an unseen symbol: similarity undefined, easiness 0 (the seed)
+            out[j] = 0.0  # an unseen symbol: similarity undefined, easiness 0 (the paper)
     return EasinessResult(out, hardest, unobs, unseen)
 
 
@@ -152,7 +152,7 @@ def _length_easiness(lengths: np.ndarray, train: np.ndarray, test: np.ndarray) -
 def easiness(
     train: Sequence[str], test: Sequence[str], *, n: int = 2, variant: str = "all"
 ) -> list[float]:
-    """The seed's easiness of each test concept given the training concepts.
+    """The paper's easiness of each test concept given the training concepts.
 
     Args:
         train: training concept strings (unweighted; repeats do not matter).
@@ -162,7 +162,7 @@ def easiness(
             types), ``nosib`` (parent-child only, the root node above the quantifier included;
             parent and child contexts), ``nopc`` (siblings only; left and right contexts),
             ``nosim`` (any unobserved structure gives 0); also ``bigram`` (n-grams of the
-            postfix tokens, left/right contexts: the seed's baseline), ``cooc`` / ``cooc_frac``
+            postfix tokens, left/right contexts: the paper's baseline), ``cooc`` / ``cooc_frac``
             (co-occurring symbol pairs) and ``frac`` (share of observed structures), extensions.
 
     Returns:
@@ -247,7 +247,7 @@ def predictor_scores(
 
 
 def split_easiness(bank, split) -> dict:
-    """Mean easiness of a split's test concepts, for `curi split`: the seed's 2-LS rule and its
+    """Mean easiness of a split's test concepts, for `curi split`: the paper's 2-LS rule and its
     NoSib variant, and the number of test concepts with a symbol absent from training (easiness
     0). Empty when the split has no test concepts."""
     if len(split.test) == 0:

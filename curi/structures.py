@@ -30,9 +30,9 @@ __all__ = [
     "symbol_similarity",
 ]
 
-ROOT = "<s>"  # the node the seed adds above the program's root (here: above the quantifier)
+ROOT = "<s>"  # the node the paper adds above the program's root (here: above the quantifier)
 CONTEXTS = ("parent", "child", "left", "right")
-# Shapes (the seed's Fig. 2 and Fig. 6): p = parent-child edge, s = consecutive-sibling edge.
+# Shapes (the paper's Fig. 2 and Fig. 6): p = parent-child edge, s = consecutive-sibling edge.
 #   pc: parent, child                 sib: left, right sibling
 #   pcc: grandparent, parent, child   sss: three consecutive siblings
 #   pss: a parent, two consecutive children
@@ -45,10 +45,10 @@ SHAPES = {
 }
 PC_ONLY = frozenset({"pc", "pcc", "pccc"})  # the NoSib structures
 SIB_ONLY = frozenset({"sib", "sss", "ssss"})  # the NoPC structures
-#: What a structure is made of: ``tree`` (the seed's n-LS on the program graph), ``ngram``
-#: (consecutive tokens of the postfix string; the seed's n-gram baseline) or ``cooc`` (an
+#: What a structure is made of: ``tree`` (the paper's n-LS on the program graph), ``ngram``
+#: (consecutive tokens of the postfix string; the paper's n-gram baseline) or ``cooc`` (an
 #: unordered pair of distinct symbols anywhere in one concept: the unit CURI's pair splits
-#: hold out; an extension, not in the seed).
+#: hold out; an extension, not in the paper).
 STRUCTURE_KINDS = ("tree", "ngram", "cooc")
 
 Structure = tuple[str, tuple[str, ...]]  # (shape, node labels in the shape's order)
@@ -65,7 +65,7 @@ class ProgramGraph:
 
 
 def program_graph(concept: str | Concept) -> ProgramGraph:
-    """The seed's program graph of a concept: the canonical tree (`curi.divergence.canonical_tree`:
+    """The paper's program graph of a concept: the canonical tree (`curi.divergence.canonical_tree`:
     commutative children sorted, the quantifier or ``lambda`` at the top) under a root ``<s>``.
 
     Raises:
@@ -124,7 +124,7 @@ def local_structures(
 
     Args:
         concept: a concept string or `Concept`.
-        n: structure size, 2, 3 or 4 (the seed's n-LS: all shapes of up to n nodes; for
+        n: structure size, 2, 3 or 4 (the paper's n-LS: all shapes of up to n nodes; for
             ``ngram`` the n-grams; ignored for ``cooc``).
         kind: one of `STRUCTURE_KINDS`.
         shapes: restrict ``tree`` structures to these shapes (e.g. `PC_ONLY` for NoSib).
@@ -151,7 +151,7 @@ def local_structures(
 
 def _context_triples(concept: str | Concept, kind: str) -> list[tuple[str, str, str]]:
     """(context type, symbol, neighbour) of every node: tree contexts for ``tree`` / ``cooc``,
-    left / right token neighbours for ``ngram`` (the seed's n-gram baseline)."""
+    left / right token neighbours for ``ngram`` (the paper's n-gram baseline)."""
     out = []
     if kind == "ngram":
         t = _tokens(concept)
@@ -170,7 +170,8 @@ def _context_triples(concept: str | Concept, kind: str) -> list[tuple[str, str, 
 def symbol_contexts(
     concepts: Sequence[str | Concept], *, kind: str = "tree"
 ) -> dict[str, dict[str, set[str]]]:
-    """For each context type, each symbol's set of neighbours over `concepts` (seed 4.2)."""
+    """For each context type, each symbol's set of neighbours over `concepts` (Bogin et al.
+    2022, section 4.2)."""
     ctx: dict[str, dict[str, set[str]]] = {k: {} for k in CONTEXTS}
     for c in concepts:
         for k, a, b in _context_triples(c, kind):
@@ -181,12 +182,12 @@ def symbol_contexts(
 def symbol_similarity(
     a: str, b: str, contexts: dict[str, dict[str, set[str]]], *, types: Sequence[str] = CONTEXTS
 ) -> float:
-    """The seed's distributional similarity: the mean, over the context types in `types` where
+    """The paper's distributional similarity: the mean, over the context types in `types` where
     either symbol has a neighbour, of the Jaccard overlap of their neighbour sets; 1 for a == b.
 
     A symbol without any neighbour in `contexts` (e.g. a colour held out of training) has
     similarity 0 to every other symbol: where no type has a neighbour the mean is undefined and
-    we return 0, as the seed's rule needs ("easiness 0" for an unseen symbol)."""
+    we return 0, as the paper's rule needs ("easiness 0" for an unseen symbol)."""
     if a == b:
         return 1.0
     vals = []
@@ -268,7 +269,7 @@ class StructureIndex:
     def best_similarity(
         self, observed: np.ndarray, contexts, *, types: Sequence[str] = CONTEXTS
     ) -> np.ndarray:
-        """(num_structures,) the seed's structure easiness: 1 for an observed structure, else
+        """(num_structures,) the paper's structure easiness: 1 for an observed structure, else
         the best similarity to an observed one (same shape, exactly one label differing:
         the symbol similarity of the two differing labels; 0 when there is none).
 

@@ -2,7 +2,7 @@
 2-LS `s` of the bank, hold out every concept containing a structure similar to `s`, with the
 lowest similarity threshold that keeps the split valid; keep the hard ones by mean easiness.
 
-Choices where the seed is silent (options, see `AdversarialOptions`): the symbol similarity
+Choices where the paper is silent (options, see `AdversarialOptions`): the symbol similarity
 comes from all the bank's concepts; the test share counts concepts (not templates); a training
 concept with a synonym among the test concepts is dropped (a synonym is the same concept in
 other words); splits with fewer than `min_test` concepts are not kept."""
@@ -34,15 +34,15 @@ class AdversarialOptions:
     """Options of ``adversarial``.
 
     Attributes:
-        variant: ``all`` (2-LS with siblings) or ``nosib`` (parent-child only, the seed's
+        variant: ``all`` (2-LS with siblings) or ``nosib`` (parent-child only, the paper's
             2-LS-NoSib).
-        half: the seed's Half variant: hold out a seeded random half of the structures similar
+        half: the paper's Half variant: hold out a seeded random half of the structures similar
             to `s` (always `s` itself), so similar structures stay in training.
-        max_test_fraction: the largest share of the bank's concepts in test (seed: 0.2).
+        max_test_fraction: the largest share of the bank's concepts in test (the paper: 0.2).
         min_test: generated splits with fewer test concepts are not kept.
-        max_easiness: keep splits whose mean easiness (of `variant`) is below this (the seed's
-            threshold, lost from its text; 1.01 keeps every split). The Half variant keeps the
-            `top` hardest instead, as the seed does.
+        max_easiness: keep splits whose mean easiness (of `variant`) is below this (the paper's
+            threshold is not given in the text we worked from; 1.01 keeps every split). The
+            Half variant keeps the `top` hardest instead, as the paper does.
         top: with `half`, how many of the hardest splits are kept.
         pick: which kept split this rule returns, 0 = the hardest (lowest mean easiness).
         exact_fallback: when no threshold gives a valid split, try holding out `s` alone (an
@@ -76,7 +76,8 @@ class AdversarialOptions:
 
 
 def _structure_similarity(index: StructureIndex, s: int, contexts, types) -> np.ndarray:
-    """(num_structures,) similarity of every structure to structure `s` (seed 4.2)."""
+    """(num_structures,) similarity of every structure to structure `s` (Bogin et al. 2022,
+    section 4.2)."""
     shape, lab = index.structures[s]
     out = np.zeros(len(index.structures))
     for t, (shape2, lab2) in enumerate(index.structures):

@@ -1,6 +1,6 @@
 """The ``mcd`` rule: maximum-compound-divergence splits made to order (Keysers et al. 2020,
-section 4; the greedy with removals and the three-way variant of Conceptual SCAN, seed 002
-appendix F).
+section 4; the greedy with removals and the three-way variant of Conceptual SCAN, Appendix F;
+docs/divergence.md, "MCD splits").
 
 Units are synonym groups (a group never straddles two sides: the weak oracle would otherwise
 see an extensional twin). Starting from empty sides, each step adds to the side furthest behind
@@ -58,7 +58,7 @@ class McdOptions:
     """Options of ``mcd``.
 
     Attributes:
-        train: share of the bank's synonym groups in train (seeds: 0.4 of the pool).
+        train: share of the bank's synonym groups in train (Keysers et al.: 0.4 of the pool).
         test: share of the groups in test.
         validation: share of the groups in a separate val set made by the three-way variant;
             0: val = test (the paper's policy). The rest of the groups is dropped.
@@ -66,15 +66,16 @@ class McdOptions:
         max_da: the largest atom divergence allowed.
         min_atom_count: every atom of a test (and val) concept occurs in at least this many
             training concepts.
-        candidates: pool units scored at each step (seeds: 200).
-        compounds: ``dbca`` (seed 000's weighted subgraphs) or ``depth2`` (former compounds).
+        candidates: pool units scored at each step (Conceptual SCAN: 200).
+        compounds: ``dbca`` (Keysers et al.'s weighted subgraphs) or ``depth2`` (former
+            compounds).
         weighting: concept weights of the distributions: ``length`` (episode prior) or
             ``uniform``.
         tolerance: with `target_dc`, the largest accepted ``|D_C - target_dc|``.
         refine: swap cycles of local search after the growth (of the kept restart), per
-            group of the grown sides (0: the seed's greedy alone). A swap is kept only when
+            group of the grown sides (0: the papers' greedy alone). A swap is kept only when
             it raises the objective; it adds about +0.003 of D_C, so restarts get the time.
-        removals: share of the growth steps that remove a member (seed 002: every third
+        removals: share of the growth steps that remove a member (Conceptual SCAN: every third
             step, 1/3); below 1/2, as each removal undoes an addition.
         restarts: independent runs of the greedy's growth (of its first stage, three-way),
             each with its own random samples drawn from (seed, restart); the one with the
@@ -270,8 +271,8 @@ def _chernoff(p: np.ndarray, q: np.ndarray, alpha: float) -> float:
 
 
 class _Greedy:
-    """The greedy of seed 002 appendix F on sides[0] (train) against sides[1:] (test or val
-    and test); `grow` maps a side to its target size, the other sides stay fixed."""
+    """The greedy of Conceptual SCAN, Appendix F, on sides[0] (train) against sides[1:] (test
+    or val and test); `grow` maps a side to its target size, the other sides stay fixed."""
 
     def __init__(self, units: _Units, opts: McdOptions, rng: np.random.Generator,
                  sides: list[_Side], pool: np.ndarray,
