@@ -34,10 +34,10 @@ from curi.scenes import (
 
 __all__ = ["LOCATION_BINS", "BitScenes", "evaluate", "execute"]
 
-#: How an integer literal compared with a location reads: ``spec`` (bins 1..8, the literal k is
-#: bin k; spec section 1) or ``legacy`` (the original release binned 0..7 while its constants
-#: are 1..8: the literal k is then our bin k + 1, and 8 is never met; docs/fidelity.md). Only
-#: the literal's code changes, so one set of scene planes serves both.
+#: How an integer literal compared with a location reads (docs/concepts.md, "Semantics"):
+#: ``spec`` (bins 1..8, the literal k is bin k) or ``legacy`` (the original release binned 0..7
+#: while its constants are 1..8: the literal k is then our bin k + 1, and 8 is never met;
+#: docs/fidelity.md). Only the literal's code changes, so one set of scene planes serves both.
 LOCATION_BINS = ("spec", "legacy")
 
 

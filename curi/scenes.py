@@ -208,10 +208,11 @@ def records_to_props(
     return n_objects, props
 
 
-#: Scene layouts: ``spec`` (spec section 1: a pair only needs its footprints `margin` apart) or
-#: ``clevr`` (also CLEVR's directional margin: two objects at least `DIRECTIONAL_MARGIN` apart
-#: along the camera's left-right and front-behind ground axes, so that "left of" and "behind"
-#: are never ambiguous; CLEVR's generator does this, the paper's scenes are CLEVR renders).
+#: Scene layouts (docs/concepts.md, "Scenes"): ``spec`` (a pair only needs its footprints
+#: `margin` apart) or ``clevr`` (also CLEVR's directional margin: two objects at least
+#: `DIRECTIONAL_MARGIN` apart along the camera's left-right and front-behind ground axes, so
+#: that "left of" and "behind" are never ambiguous; CLEVR's generator does this, the paper's
+#: scenes are CLEVR renders).
 LAYOUTS = ("spec", "clevr")
 DIRECTIONAL_MARGIN = 0.4
 

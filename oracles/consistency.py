@@ -1,13 +1,13 @@
-"""cSCAN's consistency metric (Conceptual SCAN, arXiv:2206.04115, section 4 and Appendix D;
-spec/RULES.md section 6) for the replies of one rule-query task.
+"""cSCAN's consistency metric ("Conceptual SCAN: Learning With and About Rules", section 4 and
+Appendix D; docs/rules.md, "Metrics") for the replies of one rule-query task.
 
 A reply ``(q, r)`` with r in {1, 0} holds in the hypotheses of H_D (the hypotheses of the
 oracle's space that agree with the context) that answer r to request q; a set E of replies
 implies f when every hypothesis where all of E hold has f hold, and contradicts f when none
 has both. Only monotonic (`M`) members can imply a monotonic reply; a defeasible reply that
 its set implies monotonically is a qualifier mismatch (a contradiction, eq. 23). Replies
-``?`` carry no constraint and are left out, as the seed's implementation does (Appendix G).
-Sets are counted as the seed counts them, among sets of size 2 and 3:
+``?`` carry no constraint and are left out, as cSCAN's implementation does (Appendix G).
+Sets are counted as cSCAN counts them, among sets of size 2 and 3:
 ``C = 100 |impl| / (|impl| + |cont|)``, NaN with neither."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def consistency_counts(worlds: Sequence[int], replies: Sequence[str],
     Args:
         worlds: the task's answer patterns (``RuleTask.worlds``).
         replies, qualifiers: one per request, in request order.
-        sizes: the set sizes counted (2 and 3, as the seed's counts).
+        sizes: the set sizes counted (2 and 3, as cSCAN's counts).
     """
     sets = reply_sets(worlds, replies)
     live = [j for j, s in enumerate(sets) if s is not None]

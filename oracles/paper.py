@@ -228,7 +228,7 @@ def paper_comparison(rows: list[dict]) -> str:
 #: Concepts in the original release's bank (paper section 3).
 RELEASE_CONCEPTS = 14_929
 #: The original release's split sizes: (train, test, concepts a binding split drops)
-#: (docs/fidelity.md sections 2 and 4, issue 16).
+#: (docs/fidelity.md sections 2 and 4).
 RELEASE_SPLITS = {
     "binding_color": (12_152, 2_620, 157),
     "binding_shape": (13_421, 1_484, 24),

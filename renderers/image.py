@@ -143,7 +143,7 @@ class ImageRenderer(Renderer):
         antialias: smooth object silhouettes (blend edge pixels with their 3 x 3 mean).
         chunk: scenes rendered at once (memory / cache trade-off); None: 32 on the CPU
             (cache-sized), 1,024 on a GPU (large batches keep it busy: image training on an
-            H100 ran at 54-63 episodes/s with 1,024 against 29-38 with 32, issue 17).
+            H100 ran at 54-63 episodes/s with 1,024 against 29-38 with 32).
 
     Raises:
         ValueError: an image smaller than 8 x 8.

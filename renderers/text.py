@@ -1,7 +1,7 @@
-"""Text modality (spec/RULES.md section 7; Conceptual SCAN, arXiv:2206.04115, is text to
-text): a scene as one clause per object (size, colour, material, shape, location), a rule as
-its program, a rule-query task as one ``input`` per request (the context, then the request)
-with the ``target`` ``"reply qualifier"``; and the parser that reads an input back.
+"""Text modality (docs/rules.md, "The text form"; Conceptual SCAN is text to text): a scene as
+one clause per object (size, colour, material, shape, location), a rule as its program, a
+rule-query task as one ``input`` per request (the context, then the request) with the
+``target`` ``"reply qualifier"``; and the parser that reads an input back.
 
 Not a `Renderer` of the registry: those give float tensors that an encoder of
 `curi.models` reads, and every registered modality is trained; text goes to a

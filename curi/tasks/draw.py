@@ -1,8 +1,9 @@
-"""Drawing rule requests and context rules (spec/RULES.md sections 2, 4 and 5): candidate rules
-come from pools that make every class likely (rules the hidden concept may imply or exclude,
-rules true on every support positive, any rule), are classified cheaply by the oracle on a
-sketch of the scene pool, and are then picked so that the classes of a task are spread
-evenly (cSCAN's per-class streams, arXiv:2206.04115 Appendix F)."""
+"""Drawing rule requests and context rules (docs/rules.md, "Rule requests", "Rules in the
+context" and "Drawing requests and balance"): candidate rules come from pools that make every
+class likely (rules the hidden concept may imply or exclude, rules true on every support
+positive, any rule), are classified cheaply by the oracle on a sketch of the scene pool, and are
+then picked so that the classes of a task are spread evenly (Conceptual SCAN's per-class
+streams, its Appendix F)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The class mix of a set of rule-query tasks (spec/RULES.md section 5): the shares of rule
-versus ordinary requests, of the replies 1 / 0 / ? and of the qualifiers M / D, which the
-seed (Conceptual SCAN, arXiv:2206.04115 section 5) shows a no-context baseline exploits."""
+"""The class mix of a set of rule-query tasks (docs/rules.md, "Drawing requests and balance"):
+the shares of rule versus ordinary requests, of the replies 1 / 0 / ? and of the qualifiers
+M / D, which a model can exploit (Conceptual SCAN, sections 3.3 and 6.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The oracle's reply to a request and its qualifier (spec/RULES.md sections 2 and 3, after
-Conceptual SCAN, arXiv:2206.04115, section 2): every hypothesis of H_D answers the request
+"""The oracle's reply to a request and its qualifier (docs/rules.md, "Rule requests" and
+"Replies", after Conceptual SCAN, section 2): every hypothesis of H_D answers the request
 (a query scene, or a rule request `implies` / `equals` / `excludes` r compared extensionally
 on the bank's scene pool); a unanimous answer is deduced (`M`), otherwise the posterior mass of
 the answer 1 decides `1 D`, `0 D` or `? D`. Rule relations are bit operations on the bank's
@@ -40,7 +40,7 @@ SKETCH_WORDS = 128  # 8,192 scenes: refutes a relation broken on >= 100 scenes 9
 
 
 def reply_of(answers: np.ndarray, weights: np.ndarray, theta: float) -> tuple[str, str, float]:
-    """(reply, qualifier, p) of one request from the answers of H_D (spec/RULES.md section 3).
+    """(reply, qualifier, p) of one request from the answers of H_D (docs/rules.md, "Replies").
 
     Args:
         answers: (G,) bool, the answer of each hypothesis (or synonym group) of H_D.

@@ -1,4 +1,4 @@
-"""Rule-query tasks (spec/RULES.md; Conceptual SCAN, arXiv:2206.04115): an episode's support
+"""Rule-query tasks (docs/rules.md, "Tasks"; after Conceptual SCAN): an episode's support
 set, optionally rules asserted in the context, and requests (query scenes and rule requests
 ``implies`` / ``equals`` / ``excludes`` r) answered by the Bayesian oracle with a reply and an
 M/D qualifier; task i is a pure function of the sampler's arguments and i."""
@@ -80,7 +80,8 @@ class RuleTask:
     bank: object = field(repr=False, compare=False, default=None)
 
     def to_dict(self) -> dict:
-        """The structured form (one JSON line of a task set; spec/RULES.md section 1)."""
+        """The structured form (one JSON line of a task set;
+        docs/rules.md, "The structured form")."""
         return {
             "index": self.index,
             "concept": self.concept_text,
@@ -100,7 +101,8 @@ class RuleTaskSampler:
     Task i is episode i of ``EpisodeSampler(bank, split, subset, negatives, seed)`` (its
     support set is the context, its query scenes the ordinary requests) plus, at `rule_rate`,
     an asserted rule and rule requests, all answered by the oracle over `hypotheses` with the
-    prior and likelihood of the strong oracle (spec/CURI.md section 6).
+    prior and likelihood of the strong oracle (CURI paper, section 3; docs/rules.md,
+    "Hypotheses and the posterior").
 
     Args:
         bank: a `ConceptBank`.
@@ -111,7 +113,7 @@ class RuleTaskSampler:
         hypotheses: ``strong`` (H = every concept of the bank) or ``weak`` (the split's
             training concepts).
         theta: induction threshold of `1 D` / `0 D` in (0.5, 1]; above 2/3 the oracle's
-            replies are consistent on sets of 3 (spec/RULES.md section 6).
+            replies are consistent on sets of 3 (docs/rules.md, "Replies").
         rule_rate: probability that each of `context_rules` rules is asserted in a task.
         kinds: rule request kinds to ask.
         scene_requests: query scenes asked per task (picked to balance the classes).
