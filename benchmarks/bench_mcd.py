@@ -1,5 +1,5 @@
-"""Benchmark of the ``mcd`` split rule (issue 18): D_C reached at D_A <= max_da, the random
-baseline of the same sizes, and the time, per bank preset.
+"""Benchmark of the ``mcd`` split rule (docs/divergence.md, "MCD splits"): D_C reached at
+D_A <= max_da, the random baseline of the same sizes, and the time, per bank preset.
 
 Run (nice'd on a shared host):
     nice python benchmarks/bench_mcd.py --banks default paper --validation 0 0.1

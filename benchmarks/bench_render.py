@@ -2,8 +2,8 @@
 240 x 160 (target >= 300), the same on CUDA when present (target >= 20,000 on an H100), and
 sound scenes per second per core for waveform + spectrogram (target >= 200); and the command a
 user runs to re-render exported episodes, `curi episodes render modality=image`, with its
-default settings (target >= 300 images / s on 2 cores, issue 15), with the CPU time of each
-stage of one image (ray casting, PNG, .npz, writing) at the settings before and after issue 15.
+default settings (target >= 300 images / s on 2 cores), with the CPU time of each stage of one
+image (ray casting, PNG, .npz, writing) at the export's former settings and at today's.
 
 Run: python benchmarks/bench_render.py [--scenes 512] [--repeats 5] [--device cuda]
      [--part all|renderers|rerender|stages] [--episodes 20] [--threads-rows]
@@ -131,10 +131,10 @@ THREADS_RUNS = {"threads=2": ["threads=2"], "threads=null (torch's default)": ["
 
 def time_stages(repeats: int, n: int = 50) -> dict:
     """CPU milliseconds per image of each stage of re-rendering one 50-scene episode, in this
-    process with one torch thread and a worker's allocator (`_keep_freed_memory`), before and
-    after issue 15: ray casting (today's renderer: float images quantised as a whole, as the
-    export did before, and `export` without files as it does now: chunk by chunk, channels
-    last); PNG
+    process with one torch thread and a worker's allocator (`_keep_freed_memory`), at the
+    export's former settings and at today's: ray casting (today's renderer: float images
+    quantised as a whole, as the export did before, and `export` without files as it does now:
+    chunk by chunk, channels last); PNG
     encoding by PIL at its default zlib level 6 and at `PNG_LEVEL` (PIL picks a filter per
     row) and by our writer (`png_bytes`: Sub filter, `PNG_LEVEL`); the episode's .npz by
     ``np.savez_compressed`` and by `_save_npz` (`NPZ_LEVEL`); writing the PNG files with an
@@ -319,7 +319,7 @@ def _rerender_markdown(rows: list[dict], args) -> str:
         "all episodes but one over the wall time beyond a `limit=1` run of the same setting "
         "(which holds the start-up and imports); per CPU second the same from CPU times. CPU s: "
         "the command's process and its workers, all their threads. "
-        "Target (issue 15): >= 300 images / s with the default settings on 2 cores.\n\n"
+        "Target: >= 300 images / s with the default settings on 2 cores.\n\n"
         + "\n".join(lines)
         + "\n\n"
         + estimate

@@ -1,4 +1,4 @@
-"""Benchmark of rule-query task generation (spec/RULES.md): tasks per second on one core, the
+"""Benchmark of rule-query task generation (docs/rules.md): tasks per second on one core, the
 episode, the oracle's replies and the text rows (``input`` / ``target``) included, and the
 class mix of a default set; target >= 1,000 tasks / s per core on the default bank.
 

@@ -1,4 +1,4 @@
-"""Fidelity experiment (issue 16, docs/fidelity.md section 4): why does our `paper` bank keep
+"""Fidelity experiment (docs/fidelity.md section 4): why does our `paper` bank keep
 1.85x the concepts of the original release (27,591 against 14,929), and why do the counting and
 intrinsic splits hold so many more test concepts (483 and 936 against 47 and 283)? Each
 hypothesis is measured on an existing bank, without rebuilding it:
@@ -39,8 +39,8 @@ from curi.oracles.paper import RELEASE_SPLITS as RELEASE
 from curi.rejection import static_rejection
 from curi.splits import make_split
 
-#: Sampling variants, (max_depth, attempts, share of the draws): the spec's rules, and
-#: readings of the paper's prose ("no node has a depth larger than 6") that differ.
+#: Sampling variants, (max_depth, attempts, share of the draws): the rules of docs/concepts.md,
+#: "Grammar", and readings of the paper's prose ("no node has a depth larger than 6") that differ.
 SAMPLERS = {
     "spec: depth 6, 12 attempts": (6, 12, 1.0),
     "no retry (1 attempt)": (6, 1, 1.0),
@@ -174,12 +174,12 @@ def funnel(bank) -> list[str]:
 
 
 def distributions(bank) -> list[str]:
-    """Lengths and synonym-group sizes, beside the spec's reference numbers."""
+    """Lengths and synonym-group sizes, beside the original release's reference numbers."""
     lengths = Counter(bank.lengths.tolist())
     sizes = np.bincount(bank.groups)
     big = np.sort(sizes)[::-1][:5].tolist()
     return [
-        "## 2. Lengths and synonym groups (spec: lengths up to about 25, groups of 1 to about 80)",
+        "## 2. Lengths and synonym groups (release: lengths to about 25, groups of 1 to about 80)",
         "",
         "lengths: " + ", ".join(f"{k}: {v:,}" for k, v in sorted(lengths.items())),
         f"synonym groups: {len(sizes):,}; singletons {np.mean(sizes == 1):.0%}; 99th percentile "
