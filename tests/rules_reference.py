@@ -14,7 +14,7 @@ from curi.bits import unpack_rows
 
 
 class BruteOracle:
-    """The oracle of spec/RULES.md section 3, hypothesis by hypothesis.
+    """The oracle of docs/rules.md, "Replies", hypothesis by hypothesis.
 
     Args:
         bank: a (small) bank; its truth matrix is unpacked to booleans.

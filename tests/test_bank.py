@@ -210,7 +210,8 @@ def test_fidelity_options_are_part_of_the_identity_only_when_set(tiny_bank_dir, 
     assert other.concepts != spec.concepts
 
     # The release's depth reading (docs/fidelity.md section 4): no count inside and/or/not, so
-    # the counting split's test set is small; the spec's depth has such concepts.
+    # the counting split's test set is small; the default depth reading (docs/concepts.md,
+    # "Grammar") has such concepts.
     def nested_counts(bank):
         return sum(
             "count=" in c.split() and parse(c).body.op in ("and", "or", "not")

@@ -1,7 +1,7 @@
 """Tests of `curi baselines` (CPU, tiny bank, two small configurations, a few steps): the table's
 rows against each run's own metrics and the paper's numbers, skipping finished runs, resuming an
 interrupted one, refusing a run folder made with other settings, the default sweep's plan, bad
-configurations, and the paper's table stored as data against the specification's."""
+configurations, and the paper's table stored as data against an independent transcription."""
 
 from __future__ import annotations
 
@@ -192,8 +192,9 @@ def test_curi_baselines_reports_a_bad_configuration_in_one_line(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-# The specification's copy of the paper's table (spec CURI.md section 8), an independent
-# transcription: schema rel-net, schema transformer, image transformer, image rel-net, sound best.
+# The paper's table (CURI paper, Appendix G.7: test mAP %, hard negatives, alpha = 0), an
+# independent transcription: schema rel-net, schema transformer, image transformer, image
+# rel-net, sound best.
 SPEC = """
 instance_iid | 63.9 | 59.8 | 61.5 | 58.6 | 23.5
 concept_iid | 60.7 | 59.8 | 60.8 | 58.5 | 23.6
@@ -207,7 +208,7 @@ binding_shape | 30.4 | 30.9 | 28.7 | 29.1 | 17.5
 """
 
 
-def test_paper_baselines_agree_with_the_specifications_table():
+def test_paper_baselines_agree_with_an_independent_transcription():
     models = [("schema", "relation_net"), ("schema", "transformer"), ("image", "transformer"),
               ("image", "relation_net")]  # fmt: skip
     for line in SPEC.strip().splitlines():

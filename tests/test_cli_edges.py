@@ -1,4 +1,4 @@
-"""The command-line edges of issue 15, each as a user meets it: unknown keys and wrong types
+"""The command-line edges, each as a user meets it: unknown keys and wrong types
 end in one line naming the key and the valid ones; `split=` takes a preset or a saved split
 file on every command; a bank is built only where asked; a run's config and log go to its
 output_dir and nowhere else; `--help` gives each option's meaning; the gap and eval charts

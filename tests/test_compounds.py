@@ -1,5 +1,5 @@
 """Tests of curi.compounds: the DBCA candidate subgraphs (<= 5 nodes with branching <= 2, plus
-chains of any length) and seed 000's weights on hand-made trees."""
+chains of any length) and the weights of Keysers et al. 2020 (Appendix L.4) on hand-made trees."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_weight_is_one_minus_the_most_likely_supergraph():
     # G = (b c) sits inside (a (b c)) in 6 of its 10 occurrences and inside (d (b c)) in 4.
     roots = [tree(("a", ("b", "c")))] * 6 + [tree(("d", ("b", "c")))] * 4
     w = dbca_weights(roots, top_n=None)
-    assert w[0]["(b c)"] == pytest.approx(0.4)  # seed 000: 60% in one supergraph -> 0.4
+    assert w[0]["(b c)"] == pytest.approx(0.4)  # Keysers et al.: 60% in one supergraph -> 0.4
     assert w[-1]["(b c)"] == pytest.approx(0.6)
     assert w[0]["(a (b c))"] == 1.0  # no supergraph
     assert "(a b)" not in w[0]  # always inside (a (b c)): weight 0, left out

@@ -229,7 +229,8 @@ def test_depth_five_is_the_papers_depth_counted_from_one():
     """max_depth=5 (the `paper_legacy` bank, docs/fidelity.md section 4): "no node deeper than 6"
     with the root at depth 1 and the leaves counted. The deepest non-terminal then sits at depth
     4 (START = 0), so a count (NUM -> SETF -> SET) fits only in a top-level comparison and a
-    body joins at most two atoms; with the spec's max_depth=6 both occur."""
+    body joins at most two atoms; with the default max_depth=6 (docs/concepts.md, "Grammar")
+    both occur."""
     shallow = [parse(t) for t, _ in sample_concepts(4000, seed=3, max_depth=5)]
     deep = [parse(t) for t, _ in sample_concepts(4000, seed=3)]
 

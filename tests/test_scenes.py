@@ -101,7 +101,7 @@ def test_bad_record_is_a_clear_error():
 
 
 def test_clevr_layout_keeps_objects_apart_along_the_camera_axes(scenes):
-    """``layout="clevr"``: CLEVR's directional margin holds for every pair (and the spec layout
+    """``layout="clevr"``: CLEVR's directional margin holds for every pair (and the ``spec`` layout
     does not enforce it, so the test can tell them apart)."""
     from curi.scenes import DIRECTIONAL_MARGIN, _ground_axes
 
