@@ -1,5 +1,5 @@
-"""Config values are typed and bounded: every absurd value of the reliability audit (issue 14,
-defect 5; docs/reliability.md) ends in one ConfigError naming the key, the value and the allowed
+"""Config values are typed and bounded: every absurd value of the reliability audit
+(docs/reliability.md, defect 5) ends in one ConfigError naming the key, the value and the allowed
 range, before any work starts; and every shipped config still validates."""
 
 from __future__ import annotations
