@@ -73,21 +73,21 @@ class BankConfig:
         num_scenes: scenes in the universe U (paper: about 1,000,000).
         num_draws: grammar draws (paper: 2,000,000).
         seed: the seed of every random choice.
-        max_depth: depth at which a non-terminal may no longer be expanded (spec: 6, START
-            at depth 0; 5 reads the paper's "no node deeper than 6" with the root at depth 1
-            and leaves counted, which reproduces the original release's split sizes:
-            `paper_legacy`, docs/fidelity.md section 4).
+        max_depth: depth at which a non-terminal may no longer be expanded (6, START at
+            depth 0: docs/concepts.md, "Grammar"; 5 reads the paper's "no node deeper than 6"
+            with the root at depth 1 and leaves counted, which reproduces the original
+            release's split sizes: `paper_legacy`, docs/fidelity.md section 4).
         attempts: attempts per failed child (12).
         min_positives: keep a concept only if it holds on at least this many scenes (11: "more
             than 10", so support and query can each get 5 distinct positives).
         max_fraction: keep a concept only if it holds on fewer than this share of scenes (0.1).
         eval_per_concept: positives per concept in the mAP evaluation set (3).
         image_width, image_height: the camera's image size that defines location bins.
-        location_bins: ``spec`` (bins 1..8, spec section 1) or ``legacy`` (location literals
-            read as the original release's 0..7 bins: `curi.executor.LOCATION_BINS`; the
-            `paper_legacy` preset, docs/fidelity.md).
+        location_bins: ``spec`` (bins 1..8, docs/concepts.md, "Semantics") or ``legacy``
+            (location literals read as the original release's 0..7 bins:
+            `curi.executor.LOCATION_BINS`; the `paper_legacy` preset, docs/fidelity.md).
         layout: scene layout, ``spec`` or ``clevr`` (CLEVR's directional margin as well;
-            `curi.scenes.LAYOUTS`).
+            `curi.scenes.LAYOUTS`; docs/concepts.md, "Scenes").
         workers: processes that execute concepts (0: one per CPU core).
     """
 
