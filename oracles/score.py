@@ -1,5 +1,5 @@
-"""Scoring predictions on a rule-query task set (spec/RULES.md section 6; Conceptual SCAN,
-arXiv:2206.04115, section 4): accuracy (reply and qualifier exact, reply only, qualifier only,
+"""Scoring predictions on a rule-query task set (docs/rules.md, "Metrics"; Conceptual SCAN,
+section 4): accuracy (reply and qualifier exact, reply only, qualifier only,
 and the reply against the hidden label), consistency (`curi.oracles.consistency`), the
 no-context baseline (the class prior of each request kind) and the oracle itself; and the
 `curi score` command. Bad input ends in one `PredictionsError` naming the file and line;
