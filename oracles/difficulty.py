@@ -154,7 +154,7 @@ def auc_table(
     rows = [r for r in rows if r.get(outcome) is not None and np.isfinite(r[outcome])]
     splits = sorted({r["split"] for r in rows})
     labels = np.zeros(len(rows), bool)
-    if threshold == "pooled_median":  # one threshold for all splits, like the seed's EM
+    if threshold == "pooled_median":  # one threshold for all splits, like the paper's exact match
         labels = easy_labels(np.array([r[outcome] for r in rows], float), "median")
     for s in splits if threshold != "pooled_median" else []:
         m = np.array([r["split"] == s for r in rows])  # per split (its median), then pooled
@@ -180,7 +180,7 @@ def auc_table(
 
 def split_correlations(split_rows: Sequence[Mapping], predictors: Sequence[str], metric: str):
     """Per-split correlation (Pearson and Spearman, over splits) of each predictor's mean
-    easiness with the split's `metric`, beside ``-d_compound`` (the seed's Table 5). NaN with
+    easiness with the split's `metric`, beside ``-d_compound`` (the paper's Table 5). NaN with
     fewer than `MIN_SPLITS` splits, or when either side is constant.
 
     Args:
