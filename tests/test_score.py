@@ -1,5 +1,5 @@
 """Scoring rule-query predictions: consistency against a literal brute force on sets of 2 and
-3 replies, hand-made cases of the seed's definitions, the oracle at 100 / 100, the no-context
+3 replies, hand-made cases of Conceptual SCAN's definitions, the oracle at 100 / 100, the no-context
 baseline, the predictions readers' errors (each naming its line) and `curi score`."""
 
 import json
