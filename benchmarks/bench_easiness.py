@@ -1,5 +1,5 @@
 """Benchmark of easiness (curi.predictors): every test concept of the nine paper splits of a
-built bank, with the seed's 2-LS rule and with every predictor of the AUC table, from the
+built bank, with Bogin et al.'s 2-LS rule and with every predictor of the AUC table, from the
 concept strings (structure extraction included). Target: the paper bank's nine splits in
 <= 1 minute on 2 cores (2-LS). Prints a markdown section; ``--doc`` also writes it into
 docs/benchmarks.md.
