@@ -1,5 +1,5 @@
 """`make_split`: one entry point that splits a bank's concepts from a preset name, a config
-mapping, a `SplitSpec`, a saved split file or a Python predicate (paper section 4)."""
+mapping, a `SplitSpec`, a saved split file or a Python predicate (paper section 3)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from curi.splits.spec import SplitSpec
 
 __all__ = ["PAPER_SPLITS", "asked_empty", "check_not_empty", "list_splits", "make_split"]
 
-#: The nine splits of the paper (section 4), each a preset in `conf/split`.
+#: The nine splits of the paper (section 3), each a preset in `conf/split`.
 PAPER_SPLITS = (
     "instance_iid",
     "concept_iid",
