@@ -1,6 +1,6 @@
 """`SplitSpec`: a split rule as written in a config (`conf/split/<name>.yaml` or a mapping):
 the keys every split takes, plus the options of its rule, checked against the rule's own
-options dataclass (paper section 4)."""
+options dataclass (paper section 3)."""
 
 from __future__ import annotations
 
