@@ -1,4 +1,4 @@
-"""Splits of a bank's concepts into train / val / test (paper section 4): the nine paper splits
+"""Splits of a bank's concepts into train / val / test (paper section 3): the nine paper splits
 as presets, user rules from configuration (held-out tokens, pairs, a length threshold, grouped
 random, a saved split file) or any Python predicate. Rules are found by name in one registry,
 and a new rule registers itself with `register_split_rule`."""

@@ -1,6 +1,6 @@
 """The `Split` type and what every split rule shares: turning train/test masks into index
 arrays, the validation policy (the paper's val = test concepts, or a disjoint val) and the
-split's own checks (paper section 4)."""
+split's own checks (paper section 3)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def finish_spec(spec, bank, train: np.ndarray, test: np.ndarray) -> Split:
 
 
 def check_split(split: Split, bank, *, grouped: bool) -> None:
-    """The split's invariants (paper section 4): no concept in both train and test and, when
+    """The split's invariants (paper section 3): no concept in both train and test and, when
     `grouped`, no synonym group on two sides. A violation is a bug in a rule or a bad split
     file, so it raises. (An empty subset is refused by `make_split`, which knows whether the
     config asked for it.)

@@ -1,4 +1,4 @@
-"""Rules over whole concepts rather than their tokens (paper section 4): ``all`` (Instance IID:
+"""Rules over whole concepts rather than their tokens (paper section 3): ``all`` (Instance IID:
 every concept on every side, new episodes) and ``random_groups`` (Concept IID: whole synonym
 groups go at random to train / val / test)."""
 

@@ -1,4 +1,4 @@
-"""The ``length`` rule (paper section 4, Complexity): train on short concepts, test on long
+"""The ``length`` rule (paper section 3, Complexity): train on short concepts, test on long
 ones, by the number of tokens of the canonical postfix string."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Token rules (paper section 4): ``binding`` holds out tokens (Binding color / shape) and
+"""Token rules (paper section 3): ``binding`` holds out tokens (Binding color / shape) and
 ``pairs`` holds out co-occurring token pairs (Intrinsic, Extrinsic, Counting, Boolean).
 Matching is by token co-occurrence in the canonical postfix string, as in the original release."""
 
