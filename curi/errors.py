@@ -4,7 +4,16 @@ says what to fix."""
 import dataclasses
 from collections.abc import Mapping
 
-__all__ = ["CuriError", "ConceptError", "BankError", "SplitError", "ConfigError", "known_options"]
+__all__ = [
+    "CuriError",
+    "ConceptError",
+    "BankError",
+    "SplitError",
+    "ConfigError",
+    "PredictionsError",
+    "TextFormatError",
+    "known_options",
+]
 
 
 class CuriError(Exception):
@@ -25,6 +34,16 @@ class SplitError(CuriError):
 
 class ConfigError(CuriError):
     """A configuration value that is missing or out of range."""
+
+
+class PredictionsError(CuriError, ValueError):
+    """A rule-query tasks or predictions file that cannot be scored (names the file and line;
+    `curi.oracles.rule_scores`)."""
+
+
+class TextFormatError(CuriError, ValueError):
+    """Text that is not in the format `curi.renderers.text.TextRenderer` writes (names the
+    line)."""
 
 
 def known_options(cls, cfg: Mapping, what: str, error: type[CuriError] = ConfigError) -> dict:

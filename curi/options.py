@@ -163,7 +163,7 @@ def choices() -> dict[str, tuple]:
     from curi.tasks.replies import RULE_KINDS
     from curi.tasks.sampler import HYPOTHESES
 
-    # threshold: the names of oracles.difficulty.auc_table, a layer the core does not import
+    # threshold: the names of oracles.difficulty_auc.auc_table, a layer the core does not import
     return {"prior": PRIORS, "likelihood": LIKELIHOODS, "negatives": NEGATIVES,
             "query_negatives": QUERY_NEGATIVES, "subset": SUBSETS, "hypotheses": HYPOTHESES,
             "kinds": RULE_KINDS, "mcd.compounds": COMPOUND_KINDS,

@@ -1,6 +1,7 @@
-"""Thin entry points of `curi train`, `curi eval` and `curi baselines`: composed Hydra config ->
-plain library calls (`curi.models.train.train`, `curi.models.evaluate.evaluate_checkpoint`,
-`curi.models.baselines.run_baselines`)."""
+"""The models layer's commands, `curi train`, `curi eval`, `curi baselines` and `curi
+difficulty`: composed Hydra config -> plain library calls (`curi.models.train.train`,
+`curi.models.evaluate.evaluate_checkpoint`, `curi.models.baselines.run_baselines`,
+`curi.models.difficulty_report.difficulty_report`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi.bank import open_bank
+from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
 from curi.models.config import RunConfig, check_eval_options
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
@@ -18,7 +20,7 @@ from curi.models.plots import plot_baselines, plot_metrics
 from curi.models.train import train as train_run
 from curi.paths import inside
 
-__all__ = ["baselines", "evaluate", "train"]
+__all__ = ["baselines", "difficulty", "evaluate", "train"]
 
 log = logging.getLogger("curi")
 
@@ -109,3 +111,36 @@ def baselines(cfg: DictConfig) -> None:
     paths = [*write_table(table, out), plot_baselines(table, out / "baselines.png")]
     log.info("wrote %s", ", ".join(map(str, paths)))
     print(paths[1].read_text())
+
+
+def difficulty(cfg: DictConfig) -> None:
+    """Predict which test concepts are hard (unobserved local structures) and check it."""
+    from curi.models.checkpoint import check_checkpoint_bank, load_checkpoint
+    from curi.models.difficulty_report import check_options, difficulty_report, write_report
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    check_options(episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"])
+    bank = open_bank_from_config(cfg)
+    splits = c["splits"] if isinstance(c["splits"], list) else [c["splits"]]
+    checkpoints = dict(c.get("checkpoints") or {})
+    if c.get("checkpoint"):
+        ckpt, _ = load_checkpoint(c["checkpoint"])
+        sp = ckpt["config"]["split"]
+        name = sp if isinstance(sp, str) else sp["name"]
+        check_checkpoint_bank(ckpt["config"]["bank"], bank)
+        if name not in [s if isinstance(s, str) else s["name"] for s in splits]:
+            splits.append(sp)
+        checkpoints[name] = c["checkpoint"]
+    report = difficulty_report(
+        bank, splits, checkpoints=checkpoints, predictors=c["predictors"],
+        episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"],
+        negatives=c["negatives"], threshold=c["threshold"], prior=c["prior"],
+        likelihood=c["likelihood"], seed=c["seed"], device=c["device"],
+    )  # fmt: skip
+    settings = {"bank": bank.config["name"], "episodes_per_concept": c["episodes_per_concept"],
+                "max_concepts": c["max_concepts"], "threshold": c["threshold"],
+                "negatives": c["negatives"], "seed": c["seed"]}  # fmt: skip
+    paths = write_report(report, cfg.output_dir, settings=settings)
+    for p in paths:
+        log.info("wrote %s", p)
+    print((Path(cfg.output_dir) / "auc.md").read_text())

@@ -1,16 +1,24 @@
-"""Thin entry point of `curi gap`: compose config -> bank -> gap table -> report files."""
+"""The oracles layer's commands: `curi gap` (config -> bank -> gap table -> report files),
+`curi score` (a rule-query task set and a model's predictions -> scores) and `curi curve` (MCD
+splits at target divergences -> the gap-versus-divergence study); each turns its composed Hydra
+config into plain calls of the library (`curi.oracles.gap`, `curi.oracles.rule_scores`,
+`curi.oracles.curve`)."""
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from curi.atomic import write_text
 from curi.core_cli import open_bank_from_config
+from curi.errors import ConfigError
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
 
-__all__ = ["gap"]
+__all__ = ["curve", "gap", "score"]
 
 log = logging.getLogger("curi")
 
@@ -46,3 +54,63 @@ def gap(cfg: DictConfig) -> None:
     paths = write_report(rows, cfg.output_dir, meta=meta, title=title)
     print(markdown_table(rows))
     log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
+
+
+def score(cfg: DictConfig) -> None:
+    """Score a model's predictions on a rule-query task set (accuracy, consistency)."""
+    from curi.oracles.rule_scores import markdown, read_predictions, read_tasks, score_predictions
+
+    for key, what in (("tasks", "the task set (tasks.jsonl of `curi rules`)"),
+                      ("predictions", "the predictions, one per request")):  # fmt: skip
+        if OmegaConf.is_missing(cfg, key) or not cfg[key]:
+            raise ConfigError(
+                f"{key}= is required: {what} (`curi score tasks=OUT/tasks.jsonl predictions=FILE`)"
+            )
+    tasks = read_tasks(cfg.tasks)
+    scores = score_predictions(tasks, read_predictions(cfg.predictions, tasks))
+    print(markdown(scores))
+    if cfg.get("out"):
+        text = json.dumps(scores, indent=1, default=str).replace("NaN", "null")
+        print(write_text(Path(cfg.out), text + "\n"))
+
+
+def _model_results(path: str) -> dict:
+    """The JSON file of split name -> a model's mAP that `curi curve` plots beside the oracles.
+
+    Raises:
+        ConfigError: an unreadable file, or one that is not a mapping.
+    """
+    p = Path(path).expanduser()
+    try:
+        model = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"model_results {str(p)!r} is not a readable JSON file: {e}") from None
+    if not isinstance(model, dict):
+        raise ConfigError(f"model_results {str(p)!r} must map split names to mAP values")
+    return model
+
+
+def curve(cfg: DictConfig) -> None:
+    """Gap versus compound divergence: MCD splits at target D_C, oracles, correlations."""
+    from curi.oracles.curve import divergence_curve, markdown, write_curve
+
+    check_gap_options(cfg.episodes.test, cfg.workers, cfg.seeds[0] if cfg.seeds else 0)
+    bank = open_bank_from_config(cfg)
+    model = _model_results(str(cfg.model_results)) if cfg.get("model_results") else None
+    out = Path(cfg.output_dir)
+    result = divergence_curve(
+        bank,
+        mcd=OmegaConf.to_container(cfg.mcd, resolve=True),
+        step=float(cfg.step),
+        seeds=list(cfg.seeds),
+        negatives=list(cfg.negatives),
+        episodes=int(cfg.episodes.test),
+        paper_splits=bool(cfg.paper_splits),
+        split_dir=out / "splits",
+        model_results=model,
+        workers=int(cfg.workers),
+        progress=bool(cfg.progress),
+    )
+    paths = write_curve(result, out)
+    print(markdown(result))
+    log.info("wrote %s (%.0f s)", ", ".join(str(p) for p in paths.values()), result["seconds"])

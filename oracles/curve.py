@@ -1,7 +1,8 @@
-"""The gap-versus-divergence study (`curi curve`): MCD splits made to order at compound
-divergences from 0 to the highest the generator reaches, several seeds each, the oracles'
-compositionality gap on each, and how well D_C predicts it (Pearson and Spearman), with the
-paper's nine splits as labelled points. Writes curve.json, curve.md and curve.png.
+"""The gap-versus-divergence study (the `curi curve` command of `curi.oracles.cli`): MCD splits
+made to order at compound divergences from 0 to the highest the generator reaches, several
+seeds each, the oracles' compositionality gap on each, and how well D_C predicts it (Pearson
+and Spearman), with the paper's nine splits as labelled points. Writes curve.json, curve.md
+and curve.png.
 
 Models: `oracles` may not import `models` (docs/ARCHITECTURE), so a model's mAP enters as
 results: every generated split is saved under ``output_dir/splits/`` (train and evaluate a
@@ -18,13 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from curi.atomic import atomic_path, write_text
 from curi.errors import ConfigError, SplitError
 from curi.splits import PAPER_SPLITS, make_split
 
-__all__ = ["curve", "correlations", "divergence_curve", "targets"]
+__all__ = ["correlations", "divergence_curve", "markdown", "targets", "write_curve"]
 
 log = logging.getLogger("curi")
 METRICS = ("map_gap", "cba_gap")
@@ -246,40 +246,3 @@ def write_curve(result: dict, out_dir: str | Path) -> dict[str, Path]:
     write_text(paths["md"], markdown(result))
     plot(result, paths["png"])
     return paths
-
-
-def curve(cfg: DictConfig) -> None:
-    """Gap versus compound divergence: MCD splits at target D_C, oracles, correlations."""
-    from curi.core_cli import open_bank_from_config
-    from curi.oracles.gap import check_gap_options
-
-    check_gap_options(cfg.episodes.test, cfg.workers, cfg.seeds[0] if cfg.seeds else 0)
-    bank = open_bank_from_config(cfg)
-    model = None
-    if cfg.get("model_results"):
-        p = Path(str(cfg.model_results)).expanduser()
-        try:
-            model = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(
-                f"model_results {str(p)!r} is not a readable JSON file: {e}"
-            ) from None
-        if not isinstance(model, dict):
-            raise ConfigError(f"model_results {str(p)!r} must map split names to mAP values")
-    out = Path(cfg.output_dir)
-    result = divergence_curve(
-        bank,
-        mcd=OmegaConf.to_container(cfg.mcd, resolve=True),
-        step=float(cfg.step),
-        seeds=list(cfg.seeds),
-        negatives=list(cfg.negatives),
-        episodes=int(cfg.episodes.test),
-        paper_splits=bool(cfg.paper_splits),
-        split_dir=out / "splits",
-        model_results=model,
-        workers=int(cfg.workers),
-        progress=bool(cfg.progress),
-    )
-    paths = write_curve(result, out)
-    print(markdown(result))
-    log.info("wrote %s (%.0f s)", ", ".join(str(p) for p in paths.values()), result["seconds"])

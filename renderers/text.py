@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from curi.errors import TextFormatError  # re-exported: its documented place
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 
 __all__ = ["TextFormatError", "TextRenderer", "parse_input", "scene_text"]
@@ -25,10 +26,6 @@ _CLAUSE = [[[[f"{z} {c} {m} {s}" for s in SHAPES] for m in MATERIALS] for c in C
            for z in SIZES]  # fmt: skip
 _AT = [[f" at ({x}, {y})" for y in range(9)] for x in range(9)]
 _OBJECT = re.compile(r"(\w+) (\w+) (\w+) (\w+) at \((\d), (\d)\)")
-
-
-class TextFormatError(ValueError):
-    """Text that is not in the format `TextRenderer` writes (names the line)."""
 
 
 def scene_text(record: dict) -> str:

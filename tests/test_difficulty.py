@@ -1,6 +1,7 @@
-"""Difficulty evaluation (oracles.difficulty) and the `curi difficulty` command
-(models.difficulty): AUC against a brute-force pair count, labels, per-concept oracle outcomes,
-the bank check of checkpoints, and the command end to end on the tiny bank."""
+"""Difficulty evaluation (oracles.difficulty_auc), the difficulty report
+(models.difficulty_report) and the `curi difficulty` command: AUC against a brute-force pair
+count, labels, per-concept oracle outcomes, the bank check of checkpoints, and the command end
+to end on the tiny bank."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from conftest import run_curi
 
 from curi import ConfigError, make_split
 from curi.errors import SplitError
-from curi.models.difficulty import difficulty_report, write_report
-from curi.oracles.difficulty import (
+from curi.models.difficulty_report import difficulty_report, write_report
+from curi.oracles.difficulty_auc import (
     auc_table,
     easy_labels,
     oracle_outcomes,
@@ -89,7 +90,7 @@ def test_oracle_outcomes_deterministic(tiny_bank):
 
 
 def test_checkpoint_of_another_bank_refused(tiny_bank):
-    from curi.models.difficulty import check_checkpoint_bank
+    from curi.models.difficulty_report import check_checkpoint_bank
 
     check_checkpoint_bank(dict(tiny_bank.config), tiny_bank)  # same bank: fine
     other = {**tiny_bank.config, "seed": 7, "name": "other"}

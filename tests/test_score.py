@@ -12,7 +12,12 @@ from rules_reference import BruteOracle, brute_consistency
 
 from curi import RuleTaskSampler, make_split
 from curi.oracles.consistency import consistency, consistency_counts
-from curi.oracles.score import PredictionsError, read_predictions, read_tasks, score_predictions
+from curi.oracles.rule_scores import (
+    PredictionsError,
+    read_predictions,
+    read_tasks,
+    score_predictions,
+)
 from curi.renderers.text_export import export_rule_tasks
 
 

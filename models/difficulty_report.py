@@ -1,7 +1,8 @@
-"""`curi difficulty`: which test concepts of a split are hard, predicted from unobserved local
-structures (Bogin, Gupta and Berant 2022) and checked against what the weak oracle and, given a
-checkpoint, a trained model actually do per concept: a per-concept table, the AUC table, the
-per-split correlations and a plot."""
+"""The difficulty report (the `curi difficulty` command of `curi.models.cli`): which test
+concepts of a split are hard, predicted from unobserved local structures (Bogin, Gupta and
+Berant 2022) and checked against what the weak oracle (`curi.oracles.difficulty_auc`) and,
+given a checkpoint, a trained model actually do per concept: a per-concept table, the AUC
+table, the per-split correlations and a plot."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from curi import validate
@@ -24,7 +24,7 @@ from curi.divergence import DivergenceIndex
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError, SplitError
 from curi.models.checkpoint import check_checkpoint_bank
-from curi.oracles.difficulty import (
+from curi.oracles.difficulty_auc import (
     MAX_EPISODES_PER_CONCEPT,
     MIN_SPLITS,
     auc_table,
@@ -37,7 +37,7 @@ from curi.oracles.metrics import average_precision_batch
 from curi.predictors import COMBINED, PREDICTORS, predictor_scores
 from curi.splits import Split, make_split
 
-__all__ = ["PerConceptSampler", "check_checkpoint_bank", "check_options", "difficulty",
+__all__ = ["PerConceptSampler", "check_checkpoint_bank", "check_options",
            "difficulty_report", "model_outcomes", "write_report"]  # fmt: skip
 
 log = logging.getLogger("curi")
@@ -336,37 +336,3 @@ def _plot(rows: list[dict], path: Path) -> Path:
     plt.close(fig)
     tmp.replace(path)
     return path
-
-
-def difficulty(cfg: DictConfig) -> None:
-    """Predict which test concepts are hard (unobserved local structures) and check it."""
-    from curi.core_cli import open_bank_from_config
-
-    c = OmegaConf.to_container(cfg, resolve=True)
-    check_options(episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"])
-    bank = open_bank_from_config(cfg)
-    splits = c["splits"] if isinstance(c["splits"], list) else [c["splits"]]
-    checkpoints = dict(c.get("checkpoints") or {})
-    if c.get("checkpoint"):
-        from curi.models.checkpoint import load_checkpoint
-
-        ckpt, _ = load_checkpoint(c["checkpoint"])
-        sp = ckpt["config"]["split"]
-        name = sp if isinstance(sp, str) else sp["name"]
-        check_checkpoint_bank(ckpt["config"]["bank"], bank)
-        if name not in [s if isinstance(s, str) else s["name"] for s in splits]:
-            splits.append(sp)
-        checkpoints[name] = c["checkpoint"]
-    report = difficulty_report(
-        bank, splits, checkpoints=checkpoints, predictors=c["predictors"],
-        episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"],
-        negatives=c["negatives"], threshold=c["threshold"], prior=c["prior"],
-        likelihood=c["likelihood"], seed=c["seed"], device=c["device"],
-    )  # fmt: skip
-    settings = {"bank": bank.config["name"], "episodes_per_concept": c["episodes_per_concept"],
-                "max_concepts": c["max_concepts"], "threshold": c["threshold"],
-                "negatives": c["negatives"], "seed": c["seed"]}  # fmt: skip
-    paths = write_report(report, cfg.output_dir, settings=settings)
-    for p in paths:
-        log.info("wrote %s", p)
-    print((Path(cfg.output_dir) / "auc.md").read_text())

@@ -1,9 +1,9 @@
 """Scoring predictions on a rule-query task set (docs/rules.md, "Metrics"; Conceptual SCAN,
 section 4): accuracy (reply and qualifier exact, reply only, qualifier only,
 and the reply against the hidden label), consistency (`curi.oracles.consistency`), the
-no-context baseline (the class prior of each request kind) and the oracle itself; and the
-`curi score` command. Bad input ends in one `PredictionsError` naming the file and line;
-nothing is skipped."""
+no-context baseline (the class prior of each request kind) and the oracle itself (the `curi
+score` command of `curi.oracles.cli` prints them). Bad input ends in one `PredictionsError`
+naming the file and line; nothing is skipped."""
 
 from __future__ import annotations
 
@@ -13,20 +13,19 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from curi.atomic import write_text
-from curi.errors import CuriError
+from curi.errors import PredictionsError
 from curi.oracles.consistency import consistency, consistency_counts
 
-__all__ = ["PredictionsError", "read_predictions", "read_tasks", "score", "score_predictions"]
+__all__ = [
+    "PredictionsError",
+    "markdown",
+    "read_predictions",
+    "read_tasks",
+    "score_predictions",
+]
 
 REPLIES = ("1", "0", "?")
 QUALIFIERS = ("M", "D")
-
-
-class PredictionsError(CuriError, ValueError):
-    """A tasks or predictions file that cannot be scored (names the file and line)."""
 
 
 def read_tasks(path: str | Path) -> list[dict]:
@@ -217,23 +216,3 @@ def markdown(scores: dict) -> str:
                      f"{_fmt(a['qualifier'])} | {_fmt(s['consistency'])} | "
                      f"{s['implications']} / {s['contradictions']} |")  # fmt: skip
     return "\n".join(lines)
-
-
-def score(cfg: DictConfig) -> None:
-    """Score a model's predictions on a rule-query task set (accuracy, consistency)."""
-    from omegaconf import OmegaConf
-
-    from curi.errors import ConfigError
-
-    for key, what in (("tasks", "the task set (tasks.jsonl of `curi rules`)"),
-                      ("predictions", "the predictions, one per request")):  # fmt: skip
-        if OmegaConf.is_missing(cfg, key) or not cfg[key]:
-            raise ConfigError(
-                f"{key}= is required: {what} (`curi score tasks=OUT/tasks.jsonl predictions=FILE`)"
-            )
-    tasks = read_tasks(cfg.tasks)
-    scores = score_predictions(tasks, read_predictions(cfg.predictions, tasks))
-    print(markdown(scores))
-    if cfg.get("out"):
-        text = json.dumps(scores, indent=1, default=str).replace("NaN", "null")
-        print(write_text(Path(cfg.out), text + "\n"))
