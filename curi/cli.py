@@ -23,6 +23,7 @@ from curi.options import (
     help_text,
     is_split_file,
     load_options,
+    summary,
 )
 from curi.paths import regular_file
 from curi.presets import CONF_PACKAGE, conf_dir
@@ -37,15 +38,30 @@ def _commands() -> dict:
 
 
 def _usage(commands: dict) -> str:
+    """The list of commands, each with the first sentence of its config's help header: no
+    layer is imported to write it (a layer is imported only when its command runs)."""
     lines = ["usage: curi <command> [key=value ...] [--help] [-m]", "", "commands:"]
-    for name, ep in sorted(commands.items()):
+    for name in sorted(commands):
         try:
-            doc = (ep.load().__doc__ or "").strip().splitlines()
-        except ImportError as e:  # a broken install of one layer must not hide the others
-            doc = [f"(unavailable: {e})"]
-        lines.append(f"  {name.replace('.', ' '):<16} {doc[0] if doc else ''}")
-    lines += ["", "`curi <command> --help` lists a command's options and config groups."]
+            about = summary(name.replace(".", "_"))
+        except CuriError as e:  # one broken config must not hide the other commands
+            about = f"(unavailable: {e})"
+        lines.append(f"  {name.replace('.', ' '):<16} {about}".rstrip())
+    lines += ["", "`curi <command> --help` lists a command's options and config groups;",
+              "`curi --version` prints the installed version."]  # fmt: skip
     return "\n".join(lines)
+
+
+def _version() -> str:
+    """``curi <version>`` of the installed distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"curi {version('curi')}"
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        from curi import __version__
+
+        return f"curi {__version__} (not installed)"
 
 
 def _fail(name: str, e: CuriError) -> None:
@@ -149,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     commands = _commands()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage(commands))
+        return
+    if argv[0] in ("-V", "--version"):
+        print(_version())
         return
     name, rest = argv[0], argv[1:]
     if rest and f"{name}.{rest[0]}" in commands:  # nested: `curi episodes render ...`

@@ -20,9 +20,10 @@ from curi.errors import ConfigError
 from curi.presets import conf_dir, list_presets
 
 __all__ = ["Options", "load_options", "check_config", "check_override_keys",
-           "check_group_values", "choices", "is_split_file", "help_text"]  # fmt: skip
+           "check_group_values", "choices", "is_split_file", "help_text", "summary"]  # fmt: skip
 
 _KEY = re.compile(r"^(\s*)([A-Za-z_][\w@.-]*)\s*:(\s|$)(.*)$")
+_SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.\s+")  # not after "e.g." or "i.e."
 
 
 @dataclass
@@ -124,6 +125,26 @@ def load_options(config_name: str) -> Options:
             opts.groups[package or group.replace("/", ".")] = (group, choice)
     opts.defaults.update({k: v for k, v in doc.items() if k not in ("defaults", "hydra")})
     return opts
+
+
+def summary(config_name: str) -> str:
+    """A command's one-line help for ``curi --help``: the first sentence of its config's
+    ``hydra.help.header`` (without the ``curi <command>:`` it starts with). Read from the YAML
+    file alone, so listing the commands imports none of the layers; "" when the config is
+    missing or has no header.
+
+    Raises:
+        ConfigError: a config file that is not valid YAML.
+    """
+    path = conf_dir() / f"{config_name}.yaml"
+    if not path.is_file():
+        return ""
+    doc, _ = _load(path)
+    header = " ".join(str(((doc.get("hydra") or {}).get("help") or {}).get("header", "")).split())
+    command = "curi " + config_name.replace("_", " ") + ":"
+    header = header.removeprefix(command).strip()
+    first = _SENTENCE_END.split(header, maxsplit=1)[0]
+    return first if first.endswith(".") else first + "."
 
 
 # --- checking ------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 import json
 import re
+import subprocess
+import sys
+from importlib.metadata import version
 from pathlib import Path
 
 from conftest import run_curi
@@ -13,6 +16,28 @@ def test_help_lists_commands(tmp_path):
     out = run_curi("--help", cwd=tmp_path)
     assert out.returncode == 0
     assert "bank" in out.stdout
+    # each command's line is the first sentence of its config's help header
+    assert "  difficulty       predict which test concepts are hard" in out.stdout
+    assert "  episodes render  re-render exported episodes" in out.stdout
+
+
+def test_help_and_an_unknown_command_import_no_layer(tmp_path):
+    code = (
+        "import sys\nfrom curi.cli import main\nmain(['--help'])\n"
+        "try:\n    main(['bogus'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'hydra', 'omegaconf')"
+        " or m.startswith(('curi.models', 'curi.oracles', 'curi.renderers'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "[]"
+
+
+def test_version(tmp_path):
+    for flag in ("--version", "-V"):
+        out = run_curi(flag, cwd=tmp_path)
+        assert out.returncode == 0 and out.stdout == f"curi {version('curi')}\n"
 
 
 def test_bank_builds_tiny_and_reports(tmp_path):
