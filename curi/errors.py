@@ -58,3 +58,21 @@ def known_options(cls, cfg: Mapping, what: str, error: type[CuriError] = ConfigE
     if unknown:
         raise error(f"unknown {what} option(s) {sorted(unknown)}; valid: {sorted(names)}")
     return dict(cfg)
+
+
+class OptionError(ConfigError, ValueError):
+    """An unknown name, or an unknown or bad option, of a registered part (a renderer, encoder,
+    pooler, split rule, kind of rendered file): the message names the valid names or options.
+    Also a ValueError, the type the parts' own value checks raise (`curi.registry.Registry`)."""
+
+
+class SplitOptionError(SplitError, OptionError):
+    """An unknown split preset or rule, or an unknown or bad option of a rule: a `SplitError`
+    where a split is made, and an `OptionError` like every other registry's."""
+
+
+class EpisodeFileError(CuriError, ValueError):
+    """An exported episode file that is missing, empty or corrupt, or does not match its card."""
+
+
+__all__ += ["EpisodeFileError", "OptionError", "SplitOptionError"]

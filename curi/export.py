@@ -34,7 +34,7 @@ from curi import validate
 from curi.atomic import atomic_path, exclusive, owner_alive, temporaries, write_text
 from curi.bank_format import sha256
 from curi.episodes import Episode, EpisodeSampler
-from curi.errors import ConfigError, CuriError
+from curi.errors import ConfigError, EpisodeFileError
 from curi.splits import Split
 
 __all__ = [
@@ -63,10 +63,6 @@ FORMATS = (".jsonl", ".jsonl.gz", ".parquet", ".tar")
 """The endings of the names an export is written and read as: JSON lines (optionally
 gzip-compressed), parquet, WebDataset tar shards (``<name>-00000.tar``, ...)."""
 _FORMAT_LIST = ", ".join(FORMATS)
-
-
-class EpisodeFileError(CuriError, ValueError):
-    """An exported episode file that is missing, empty or corrupt, or does not match its card."""
 
 
 class Media(Protocol):

@@ -274,23 +274,21 @@ def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:
     its encoder sized from `renderer`.
 
     Raises:
-        ConfigError: unknown pooler or bad options.
+        OptionError: (a `ConfigError`) an unknown pooler or a bad pooling option, named by
+            the pooler registry (`curi.registry.Registry.build`).
     """
     pool = dict(run.pooling)
     name = pool.pop("name")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(run.seed)
-        try:
-            return build_protonet(
-                encoder=renderer.name,
-                pooler=str(name),
-                embed_dim=run.embed_dim,
-                alpha=run.train.alpha,
-                encoder_kw=encoder_options(renderer),
-                pooler_kw=pool,
-            )
-        except TypeError as e:  # an option the pooler does not take
-            raise ConfigError(f"bad pooling option for {name!r}: {e}") from None
+        return build_protonet(
+            encoder=renderer.name,
+            pooler=str(name),
+            embed_dim=run.embed_dim,
+            alpha=run.train.alpha,
+            encoder_kw=encoder_options(renderer),
+            pooler_kw=pool,
+        )
 
 
 def check_resumable(saved: RunConfig, now: RunConfig, path: Path) -> None:

@@ -73,7 +73,7 @@ class Encoder(nn.Module):
 
 
 ENCODERS: Registry[type[Encoder]] = Registry("encoder")
-"""The encoders by name; ConfigError for an unknown name or a bad option."""
+"""The encoders by name; `curi.errors.OptionError` for an unknown name or a bad option."""
 register_encoder = ENCODERS.register
 """Class decorator: ``@register_encoder("image")`` makes an encoder available by name."""
 
@@ -87,7 +87,8 @@ def get_encoder(name: str, **kwargs) -> Encoder:
     """Build a registered encoder by name (``schema``, ``image``, ``sound``).
 
     Raises:
-        ConfigError: unknown name, or an option the encoder does not take.
+        OptionError: (a `ConfigError`) an unknown name, an option the encoder does not take,
+            or a value of the wrong type or range.
     """
     return ENCODERS.build(name, **kwargs)
 

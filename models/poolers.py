@@ -79,7 +79,7 @@ POOLERS: Registry[type[Pooler]] = Registry(
     # the original release's names
     aliases={"avg_pool": "avg", "gap": "avg", "rel_net": "relation_net", "trnsf": "transformer"},
 )
-"""The poolers by name; ConfigError for an unknown name."""
+"""The poolers by name; `curi.errors.OptionError` for an unknown name or a bad option."""
 register_pooler = POOLERS.register
 """Class decorator: ``@register_pooler("avg")`` makes a pooler available by name."""
 
@@ -95,11 +95,10 @@ def get_pooler(name: str, **kwargs) -> Pooler:
     ``gap``, ``rel_net``, ``trnsf`` are accepted).
 
     Raises:
-        ConfigError: unknown name.
-        TypeError: an option the pooler does not take (`curi.models.config.build_model`
-            reports it as a bad ``pooling`` option of the run's config).
+        OptionError: (a `ConfigError`) an unknown name, an option the pooler does not take,
+            a missing one, or a value of the wrong type or range.
     """
-    return POOLERS.get(name)(**kwargs)
+    return POOLERS.build(name, **kwargs)
 
 
 @register_pooler("avg")

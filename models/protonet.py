@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from curi.errors import ConfigError
+from curi.errors import ConfigError, OptionError
 from curi.models.decoder import ConceptDecoder, ConceptTokenizer
 from curi.models.encoders import Encoder, get_encoder
 from curi.models.poolers import Pooler, get_pooler
@@ -222,14 +222,15 @@ def build_protonet(
         ConfigError: unknown encoder or pooler name, or a bad option.
     """
     enc = get_encoder(encoder, **dict(encoder_kw or {}))
-    pool = get_pooler(
-        pooler,
-        in_dim=enc.out_dim,
-        num_objects=enc.num_objects,
-        pos_dim=enc.pos_dim,
-        out_dim=embed_dim,
-        **dict(pooler_kw or {}),
+    sized = dict(
+        in_dim=enc.out_dim, num_objects=enc.num_objects, pos_dim=enc.pos_dim, out_dim=embed_dim
     )
+    fixed = sorted(set(sized) & set(pooler_kw or {}))
+    if fixed:  # else a TypeError of two values for one keyword
+        raise OptionError(
+            f"bad option for pooler {pooler!r}: {fixed} are set from the encoder and embed_dim"
+        )
+    pool = get_pooler(pooler, **sized, **dict(pooler_kw or {}))
     dec = None
     if alpha > 0:
         tok = tokenizer or ConceptTokenizer()

@@ -41,6 +41,8 @@ def get_renderer(name: str, **options) -> Renderer:
     ``conf/modality/<name>.yaml`` other than ``name``).
 
     Raises:
-        ValueError: an unknown name, or an option the renderer does not take.
+        OptionError: (a `ConfigError`, and a ValueError) an unknown name, an option the
+            renderer does not take, or a value of the wrong type or range; the message names
+            the valid names or options.
     """
     return RENDERERS.build(name, **options)

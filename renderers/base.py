@@ -304,8 +304,8 @@ class Renderer(abc.ABC):
         return f"{type(self).__name__}(item_shape={self.item_shape})"
 
 
-RENDERERS: Registry[type[Renderer]] = Registry("renderer", error=ValueError)
-"""The renderers by name (`curi.renderers.get_renderer`); ValueError for an unknown name or a
-bad option."""
+RENDERERS: Registry[type[Renderer]] = Registry("renderer")
+"""The renderers by name (`curi.renderers.get_renderer`); `curi.errors.OptionError` (a
+ConfigError and a ValueError) for an unknown name or a bad option."""
 register_renderer = RENDERERS.register
 """Class decorator: ``@register_renderer("image")`` makes a renderer available by name."""

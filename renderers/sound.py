@@ -431,15 +431,15 @@ class SoundRenderer(Renderer):
 
 
 # The renderer's options are `SoundConfig`'s fields (plus `device` and `backend`): its
-# signature says so, so the registry's option check (`curi.registry.Registry.build`) names a
-# bad option.
+# signature says so, with their types, so the registry's option check
+# (`curi.registry.Registry.build`) names an unknown option or a value of the wrong type.
 SoundRenderer.__signature__ = inspect.Signature(
     [
-        inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default="cpu"),
-        inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default="auto"),
-    ]
-    + [
-        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
-        for f in dataclasses.fields(SoundConfig)
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
+        for name, default, hint in [
+            ("device", "cpu", "str | torch.device"),
+            ("backend", "auto", "str"),
+            *((f.name, f.default, f.type) for f in dataclasses.fields(SoundConfig)),
+        ]
     ]
 )

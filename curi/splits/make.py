@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from curi.concepts import Concept, parse
-from curi.errors import ConfigError, SplitError
+from curi.errors import ConfigError, SplitError, SplitOptionError
 from curi.presets import list_presets, load_preset
 from curi.splits.base import SUBSETS, Split, finish
 from curi.splits.rules import SPLIT_RULES
@@ -59,9 +59,10 @@ def make_split(
         The `Split`.
 
     Raises:
-        SplitError: unknown name or rule, malformed rule, a missing or mismatched split file,
-            or a split that fails its checks, among them an empty train, val or test set that
-            the config did not ask for (`check_not_empty`).
+        SplitError: an unknown preset or rule or a bad option of a rule (a
+            `curi.errors.SplitOptionError`, also a `ConfigError`), a missing or mismatched
+            split file, or a split that fails its checks, among them an empty train, val or
+            test set that the config did not ask for (`check_not_empty`).
     """
     split, spec = _make(bank, name_or_cfg, seed)
     check_not_empty(split, bank, spec)
@@ -159,5 +160,5 @@ def _load_named(name: str) -> SplitSpec:
         cfg = load_preset("split", name)
     except ConfigError as e:
         hint = "; no split file of that name either" if name.endswith(".json") else ""
-        raise SplitError(f"{e}{hint}") from None
+        raise SplitOptionError(f"{e}{hint}") from None
     return SplitSpec.from_mapping(cfg)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from curi.errors import SplitError
+from curi.errors import SplitOptionError
 from curi.registry import Registry
 
 if TYPE_CHECKING:
@@ -59,9 +59,9 @@ class SplitRule:
 
 
 #: Every split rule by name; a config's ``rule`` key selects one (``threshold`` is another
-#: name of ``length``, as the rule is often called).
+#: name of ``length``, as the rule is often called); an unknown name is a `SplitOptionError`.
 SPLIT_RULES: Registry[SplitRule] = Registry(
-    "split rule", error=SplitError, aliases={"threshold": "length"}
+    "split rule", error=SplitOptionError, aliases={"threshold": "length"}
 )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from curi import validate
-from curi.errors import ConfigError, SplitError
+from curi.errors import ConfigError, SplitError, SplitOptionError
 from curi.splits.base import VAL_POLICIES
 from curi.splits.rules import COMMON_KEYS, SPLIT_RULES, SplitRule
 
@@ -71,7 +71,7 @@ class SplitSpec:
         if options is None:
             options = _make_options(name, entry, rule_options)
         elif rule_options or not isinstance(options, entry.options):
-            raise SplitError(
+            raise SplitOptionError(
                 f"split {name!r}: give the options of rule {entry.name!r} either as keywords or "
                 f"as one {entry.options.__name__}"
             )
@@ -100,15 +100,17 @@ class SplitSpec:
         """Build and validate from a mapping (a YAML file or a Hydra node).
 
         Raises:
-            SplitError: unknown keys, unknown rule or val policy, missing or bad rule options.
+            SplitOptionError: (a `SplitError` and a `ConfigError`) unknown keys, an unknown
+                rule, missing or bad rule options.
+            SplitError: a bad val policy, val fraction or seed.
         """
         d = dict(cfg)
         if "name" not in d or "rule" not in d:
-            raise SplitError(
+            raise SplitOptionError(
                 f"a split needs a name and a rule (one of {SPLIT_RULES.names()}); got {d}"
             )
         if "options" in d:  # only Python passes an options object; a config lists the keys
-            raise SplitError(
+            raise SplitOptionError(
                 f"split {d['name']!r}: unknown split option(s) ['options']; write the rule's "
                 "options as keys of the split itself"
             )
@@ -126,7 +128,9 @@ class SplitSpec:
 
 def _rule(name: str, rule: str) -> SplitRule:
     if not isinstance(rule, str) or rule not in SPLIT_RULES:
-        raise SplitError(f"split {name!r}: unknown rule {rule!r}; use one of {SPLIT_RULES.names()}")
+        raise SplitOptionError(
+            f"split {name!r}: unknown rule {rule!r}; use one of {SPLIT_RULES.names()}"
+        )
     return SPLIT_RULES.get(rule)
 
 
@@ -139,7 +143,7 @@ def _make_options(name: str, entry: SplitRule, values: dict[str, Any]) -> object
     unknown = set(values) - own - others
     if unknown:
         valid = sorted({*COMMON_KEYS, *own})
-        raise SplitError(
+        raise SplitOptionError(
             f"split {name!r}: unknown split option(s) {sorted(unknown)} for rule "
             f"{entry.name!r}; valid: {valid}"
         )
@@ -149,6 +153,6 @@ def _make_options(name: str, entry: SplitRule, values: dict[str, Any]) -> object
     try:
         return entry.make_options({k: v for k, v in values.items() if k in own})
     except SplitError as e:
-        raise SplitError(f"split {name!r}: {e}") from None
+        raise SplitOptionError(f"split {name!r}: {e}") from None
     except (TypeError, ValueError) as e:
-        raise SplitError(f"split {name!r}: bad option of rule {entry.name!r}: {e}") from None
+        raise SplitOptionError(f"split {name!r}: bad option of rule {entry.name!r}: {e}") from None
