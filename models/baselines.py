@@ -232,7 +232,8 @@ def _claim(r: BaselineRun, ident: dict, force: bool) -> dict | None:
 def _oracle_row(bank, split: str, evaluation: Mapping, out_dir: Path) -> dict:
     """The oracles on a split's test episodes (those every run of the split is tested on),
     computed once per split and kept in ``<out_dir>/oracles/<split>.json``."""
-    from curi.oracles.gap import EvalSet, score_split
+    from curi.oracles.eval_set import EvalSet
+    from curi.oracles.gap import score_split
     from curi.splits import make_split
 
     path = out_dir / "oracles" / f"{split}.json"

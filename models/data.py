@@ -343,7 +343,7 @@ def eval_labels(rows: np.ndarray, concepts: np.ndarray, num_scenes: int) -> np.n
 
     Args:
         rows: (H, ceil(M / 64)) packed concept-major rows over the evaluation scenes
-            (`curi.oracles.gap.EvalSet.rows`).
+            (`curi.oracles.eval_set.EvalSet.rows`).
         concepts: (B,) concept indices.
         num_scenes: M, the size of the evaluation set.
     """

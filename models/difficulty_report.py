@@ -32,7 +32,7 @@ from curi.oracles.difficulty_auc import (
     oracle_outcomes,
     split_correlations,
 )
-from curi.oracles.gap import EvalSet
+from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import average_precision_batch
 from curi.predictors import COMBINED, PREDICTORS, predictor_scores
 from curi.splits import Split, make_split

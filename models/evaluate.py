@@ -31,7 +31,8 @@ from curi.models.data import (
 )
 from curi.models.protonet import ProtoNet
 from curi.models.runtime import autocast, resolve_device, to_device
-from curi.oracles.gap import EvalSet, score_split
+from curi.oracles.eval_set import EvalSet
+from curi.oracles.gap import score_split
 from curi.oracles.metrics import (
     average_precision_batch,
     class_balanced_accuracy_batch,

@@ -41,7 +41,7 @@ from curi.models.evaluate import evaluate_episodes
 from curi.models.pipeline import LiveScenes, RenderAhead, pass_batch
 from curi.models.protonet import ProtoNet, ProtoOutput
 from curi.models.runtime import Runtime, start_runtime
-from curi.oracles.gap import EvalSet
+from curi.oracles.eval_set import EvalSet
 from curi.renderers import Renderer
 from curi.rng import derive_rng
 from curi.splits import make_split

@@ -14,8 +14,8 @@ from scipy import stats
 from curi import validate
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
-from curi.oracles.gap import EvalSet, _oracle_ap
-from curi.oracles.metrics import class_balanced_accuracy_batch
+from curi.oracles.eval_set import EvalSet
+from curi.oracles.metrics import class_balanced_accuracy_batch, oracle_average_precision
 from curi.oracles.policies import Oracle
 from curi.posterior import predictive_on
 from curi.rng import derive_rng
@@ -123,7 +123,7 @@ def oracle_outcomes(
             idx, w = weak.posterior(e.support_ids, e.support_labels)
             qs.append(predictive_on(bank, idx, w, e.query_ids))
             ql.append(e.query_labels)
-            aps.append(_oracle_ap(ev, label, idx, w, groups, label_words))
+            aps.append(oracle_average_precision(ev, label, idx, w, groups, label_words))
         ap[j] = float(np.mean(aps))
         cba[j] = float(np.mean(class_balanced_accuracy_batch(np.array(qs), np.array(ql))))
     return {"concept": concepts, "ap": ap, "cba": cba}

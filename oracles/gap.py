@@ -1,6 +1,8 @@
 """The compositionality gap (CURI paper, section 3): strong, weak and random oracles scored on a
 split's test episodes (mAP on the shared evaluation set, class-balanced accuracy on the query set)
-and the split's DBCA divergences, for every split and type of negatives."""
+and the split's DBCA divergences, for every split and type of negatives. The evaluation set is
+`curi.oracles.eval_set`, the AP and accuracy maths `curi.oracles.metrics`; here is the loop over
+a split's episodes and the pool that runs the (split, negatives) jobs."""
 
 from __future__ import annotations
 
@@ -8,17 +10,23 @@ import logging
 import multiprocessing as mp
 import time
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from curi import validate
-from curi.bits import byte_codes, pack_rows, transpose_blocks, unpack_rows
+from curi.bank import ConceptBank
+from curi.bits import unpack_rows
 from curi.divergence import bank_index
 from curi.episodes import NEGATIVES, EpisodeSampler
 from curi.errors import ConfigError
 from curi.machine import available_cores
-from curi.oracles.metrics import class_balanced_accuracy_batch, pooled_class_balanced_accuracy
+from curi.oracles.eval_set import EvalSet
+from curi.oracles.metrics import (
+    class_balanced_accuracy_batch,
+    oracle_average_precision,
+    pooled_class_balanced_accuracy,
+    random_average_precision,
+)
 from curi.oracles.policies import Oracle
 from curi.posterior import LIKELIHOODS, PRIORS, predictive_on
 from curi.rng import derive_rng
@@ -26,7 +34,7 @@ from curi.splits import PAPER_SPLITS, Split, make_split
 
 MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
 
-__all__ = ["EvalSet", "compositionality_gap", "ap_from_counts", "ROW_KEYS"]
+__all__ = ["ROW_KEYS", "check_gap_options", "compositionality_gap", "score_split"]
 
 log = logging.getLogger(__name__)
 # where a row's time goes: building episodes, posteriors, query-set predictive, mAP, random oracle
@@ -49,141 +57,7 @@ ROW_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class EvalSet:
-    """The mAP evaluation set, as concept-major packed rows over its scenes.
-
-    Attributes:
-        ids: (M,) scene ids (3 positives per concept of the bank).
-        rows: (H, ceil(M / 64)) words: bit j of row i set when concept i holds on ids[j].
-    """
-
-    ids: np.ndarray
-    rows: np.ndarray
-
-    @classmethod
-    def from_bank(cls, bank) -> EvalSet:
-        ids = np.asarray(bank.eval_ids)
-        by_scene = np.asarray(bank.truth_by_scene[ids])  # (M, ceil(H / 64))
-        return cls(ids, np.concatenate(list(transpose_blocks(by_scene, len(bank)))))
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @cached_property
-    def all_scenes(self) -> np.ndarray:
-        """(ceil(M / 64),) words with the bits of every evaluation scene set."""
-        return pack_rows(np.ones(len(self.ids), bool))
-
-
-def ap_from_counts(scores: np.ndarray, n_pos: np.ndarray, n_tot: np.ndarray) -> float:
-    """Step-wise average precision from per-score counts: ``n_pos[k]`` positives among
-    ``n_tot[k]`` scenes scoring ``scores[k]``; equal scores form one threshold.
-
-    Posterior scores lie in [0, 1] and sums of the same weights in another order can differ in
-    the last bits, so scores are compared to 12 decimals."""
-    rounded = np.round(-np.asarray(scores, np.float64), 12)
-    values, inv = np.unique(rounded, return_inverse=True)  # descending scores
-    pos = np.bincount(inv, weights=n_pos, minlength=len(values))
-    tot = np.bincount(inv, weights=n_tot, minlength=len(values))
-    total_pos = pos.sum()
-    if total_pos == 0:
-        return float("nan")
-    tp, seen = np.cumsum(pos), np.cumsum(tot)
-    return float(np.sum(pos / total_pos * tp / np.maximum(seen, 1)))
-
-
-_NIBBLE_BITS = (np.arange(16)[:, None] >> np.arange(4)) & 1  # (16, 4): the bits of each nibble
-_CELL_MAX_GROUPS = 8  # with more groups the cells mostly outgrow _MAX_CELLS (measured)
-_MAX_CELLS = 16  # beyond this many distinct signatures, scoring every scene is cheaper
-
-
-def _ap_by_cells(reps: np.ndarray, wg: np.ndarray, everything: np.ndarray, label_words):
-    """AP from the cells of the partition of the evaluation set by the groups' rows: split
-    every cell by each row in turn (cell & row, cell & ~row), drop empty cells; each final cell
-    is one signature. Only packed words are touched: no scene is looked at one by one.
-    Returns None when the cells outgrow `_MAX_CELLS`."""
-    cells, scores = everything[None, :], np.zeros(1)  # (C, ceil(M / 64)), (C,)
-    for row, weight in zip(reps, wg, strict=True):
-        cells = np.concatenate([cells & row, cells & ~row])
-        scores = np.r_[scores + weight, scores]
-        n_tot = np.bitwise_count(cells).sum(1)
-        keep = n_tot > 0
-        if keep.sum() > _MAX_CELLS:
-            return None
-        cells, scores, n_tot = cells[keep], scores[keep], n_tot[keep]
-    n_pos = np.bitwise_count(cells & label_words).sum(1)
-    return ap_from_counts(scores, n_pos, n_tot)
-
-
-def _oracle_ap(ev: EvalSet, label: np.ndarray, idx, w, groups, label_words=None) -> float:
-    """AP of an oracle's scores on the evaluation set (`label`: (M,) bool ground truth).
-
-    A scene's score depends only on which consistent synonym groups hold on it. With few
-    groups, the partition of the scenes by them is split on packed rows (`_ap_by_cells`);
-    otherwise every scene is scored from byte codes of the groups' rows (one table look-up
-    per 8 groups) and AP is read off the sorted scores (`_ap_of_scores`)."""
-    m = len(ev)
-    if len(idx) == 0:
-        return float(label.sum() / m)
-    _, first, inv = np.unique(groups[idx], return_index=True, return_inverse=True)
-    wg = np.bincount(inv, weights=w)
-    reps = ev.rows[idx[first]]  # (G, ceil(M / 64)), one row per synonym group
-    if len(wg) <= _CELL_MAX_GROUPS:
-        if label_words is None:
-            label_words = pack_rows(label)
-        ap = _ap_by_cells(reps, wg, ev.all_scenes, label_words)
-        if ap is not None:
-            return ap
-    return _ap_of_scores(_scene_scores(reps, wg, m), label)
-
-
-def _scene_scores(reps: np.ndarray, wg: np.ndarray, m: int) -> np.ndarray:
-    """(M,) scores ``sum_g wg[g] [row g holds]`` of packed rows (G, ceil(M / 64)): each block
-    of 8 rows becomes one byte per scene, scored by a 256-entry table of its weights."""
-    codes = byte_codes(reps, m)  # (ceil(G / 8), M)
-    w = np.zeros((len(codes), 2, 1, 4))
-    w.reshape(-1)[: len(wg)] = wg
-    nibbles = (w * _NIBBLE_BITS).sum(-1)  # (ceil(G / 8), 2, 16): the low and high 4 rows
-    tables = (nibbles[:, 1, :, None] + nibbles[:, 0, None, :]).reshape(len(codes), 256)
-    scores, part = np.zeros(m), np.empty(m)
-    code = np.empty(m, np.intp)  # take() is ~5x faster on intp indices with mode="clip"
-    for table, byte in zip(tables, codes, strict=True):
-        code[:] = byte
-        scores += table.take(code, out=part, mode="clip")  # codes are < 256: nothing clips
-    return scores
-
-
-def _ap_of_scores(scores: np.ndarray, label: np.ndarray) -> float:
-    """Step-wise AP of (M,) scores against (M,) bool labels, compared to 12 decimals (as in
-    `ap_from_counts`): only the distinct positive scores are thresholds, and the scenes at or
-    above each are counted in one sort of the scores (no argsort)."""
-    scores = np.round(scores, 12)
-    thresholds, pos_at = np.unique(scores[label], return_counts=True)  # ascending
-    if len(thresholds) == 0:
-        return float("nan")
-    n_ge = len(scores) - np.searchsorted(np.sort(scores), thresholds, side="left")
-    tp_ge = np.cumsum(pos_at[::-1])[::-1]
-    return float(np.sum(pos_at * tp_ge / n_ge) / pos_at.sum())
-
-
-def _random_ap(rng: np.random.Generator, n_pos: int, m: int) -> float:
-    """AP of uniform random scores: the positives' ranks are a uniform random n_pos-subset."""
-    ranks = np.sort(rng.choice(m, size=n_pos, replace=False)) + 1
-    return float(np.mean(np.arange(1, n_pos + 1) / ranks))
-
-
-# --- one (split, negatives) job -------------------------------------------------------------
-_SHARED: dict = {}  # set in the parent before forking workers
-
-
-def _run_job(job: tuple) -> dict:
-    split_name, negatives = job
-    bank, ev, splits, opts = (_SHARED[k] for k in ("bank", "eval", "splits", "opts"))
-    split: Split = splits[split_name]
-    return score_split(bank, split, negatives, ev, **opts)
-
-
+# --- one (split, negatives) row -------------------------------------------------------------
 def score_split(
     bank,
     split: Split,
@@ -240,10 +114,12 @@ def score_split(
             t = lap("posterior", t)
             q_scores[k, i] = predictive_on(bank, idx, w, e.query_ids)
             t = lap("query", t)
-            out[("ap_s", "ap_w")[k]][i] = _oracle_ap(ev, label, idx, w, groups, label_words)
+            out[("ap_s", "ap_w")[k]][i] = oracle_average_precision(
+                ev, label, idx, w, groups, label_words
+            )
             t = lap("map", t)
         rng = derive_rng(seed, f"random-oracle:{split.name}:{negatives}", i)
-        out["ap_r"][i] = _random_ap(rng, n_pos, m)
+        out["ap_r"][i] = random_average_precision(rng, n_pos, m)
         order = np.argsort(-e.query_labels, kind="stable")  # positives first: as unshuffled
         q_scores[2, i, order] = rng.random(len(e.query_ids))
         lap("random", t)
@@ -332,24 +208,58 @@ def compositionality_gap(
     for s in splits:
         sp = s if isinstance(s, Split) else make_split(bank, s)
         resolved[sp.name] = sp
-    jobs = [(name, neg) for name in resolved for neg in negatives]
+    keys = [(name, neg) for name in resolved for neg in negatives]
     t = time.perf_counter()
     ev = EvalSet.from_bank(bank)
     log.info("evaluation set: %d scenes (%.1f s)", len(ev), time.perf_counter() - t)
     opts = {"episodes": episodes, "prior": prior, "likelihood": likelihood, "seed": seed}
-    _SHARED.update(bank=bank, eval=ev, splits=resolved, opts=opts)
-    workers = min(workers or available_cores(), len(jobs))
-    try:
-        if workers > 1:
-            with mp.get_context("fork").Pool(workers) as pool:
-                rows = _collect(pool.imap(_run_job, jobs), len(jobs), progress)
-        else:
-            rows = _collect(map(_run_job, jobs), len(jobs), progress)
-    finally:
-        _SHARED.clear()
+    workers = min(workers or available_cores(), len(keys))
+    rows = _run_jobs(_GapJobs(bank, ev, resolved, opts), keys, workers, progress)
     if divergences:
         _add_divergences(bank, resolved, rows, seed)
     return rows
+
+
+# --- the table's jobs and the pool that runs them ------------------------------------------
+@dataclass(frozen=True)
+class _GapJobs:
+    """What every (split, negatives) job of a gap table reads; called with ``(split name,
+    negatives)``, it scores that job (`score_split`)."""
+
+    bank: ConceptBank
+    ev: EvalSet
+    splits: dict[str, Split]
+    options: dict  # score_split's keyword arguments: episodes, prior, likelihood, seed
+
+    def __call__(self, job: tuple[str, str]) -> dict:
+        split_name, negatives = job
+        return score_split(self.bank, self.splits[split_name], negatives, self.ev, **self.options)
+
+
+_worker_jobs: _GapJobs | None = None  # a pool worker's own jobs, from the pool's initializer
+
+
+def _init_worker(jobs: _GapJobs) -> None:
+    """Pool initializer: keep the jobs the parent hands over (under fork, without a copy)."""
+    global _worker_jobs
+    _worker_jobs = jobs
+
+
+def _run_in_worker(job: tuple[str, str]) -> dict:
+    return _worker_jobs(job)
+
+
+def _run_jobs(
+    jobs: _GapJobs, keys: list[tuple[str, str]], workers: int, progress: bool
+) -> list[dict]:
+    """The rows of `keys` in order, scored by `workers` forked processes (the bank, evaluation
+    set and splits reach them as the pool's initializer arguments, shared copy-on-write) or,
+    with one worker, in this process."""
+    if workers <= 1:
+        return _collect(map(jobs, keys), len(keys), progress)
+    ctx = mp.get_context("fork")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(jobs,)) as pool:
+        return _collect(pool.imap(_run_in_worker, keys), len(keys), progress)
 
 
 def _collect(results, total: int, progress: bool) -> list[dict]:

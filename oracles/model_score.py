@@ -14,7 +14,8 @@ import numpy as np
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
-from curi.oracles.gap import EvalSet, score_split
+from curi.oracles.eval_set import EvalSet
+from curi.oracles.gap import score_split
 from curi.oracles.metrics import (
     average_precision_batch,
     class_balanced_accuracy_batch,

@@ -23,13 +23,13 @@ def no_work(monkeypatch):
     """A bad value must be refused before any episode is built or any oracle set up: on the
     code before the fix these calls would loop forever, fill the disk or ask for terabytes,
     so they fail here at once instead."""
-    from curi.oracles import gap
+    from curi.oracles.eval_set import EvalSet
 
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the config values were checked")
 
     monkeypatch.setattr(EpisodeSampler, "__getitem__", refuse)
-    monkeypatch.setattr(gap.EvalSet, "from_bank", refuse)
+    monkeypatch.setattr(EvalSet, "from_bank", refuse)
 
 
 # --- the helpers ---------------------------------------------------------------------------

@@ -1,74 +1,14 @@
-"""The gap computation: grouped AP against plain AP, invariants of the table, the report."""
+"""The gap computation: invariants of the table, the weak oracle without train concepts, the
+report. The AP maths it uses are tested in test_oracles_metrics.py."""
 
 import json
 
 import numpy as np
 import pytest
 
-from curi.bits import unpack_rows
-from curi.episodes import EpisodeSampler
-from curi.oracles.gap import (
-    ROW_KEYS,
-    EvalSet,
-    _oracle_ap,
-    _random_ap,
-    ap_from_counts,
-    compositionality_gap,
-)
-from curi.oracles.metrics import average_precision
-from curi.oracles.policies import Oracle
+from curi.oracles.gap import ROW_KEYS, compositionality_gap
 from curi.oracles.report import write_report
 from curi.splits import make_split
-
-
-@pytest.fixture(scope="module")
-def evalset(tiny_bank):
-    return EvalSet.from_bank(tiny_bank)
-
-
-def test_eval_set_rows_are_the_truth_on_eval_scenes(tiny_bank, evalset):
-    dense = unpack_rows(np.asarray(tiny_bank.truth_words), tiny_bank.num_scenes)
-    np.testing.assert_array_equal(
-        unpack_rows(evalset.rows, len(evalset)), dense[:, tiny_bank.eval_ids]
-    )
-
-
-@pytest.mark.parametrize("max_cells", [64, 0])  # 0: per-scene scores only
-def test_grouped_ap_equals_plain_ap(tiny_bank, evalset, monkeypatch, max_cells):
-    from curi.oracles import gap as gap_mod
-
-    monkeypatch.setattr(gap_mod, "_MAX_CELLS", max_cells)
-    m = len(evalset)
-    dense = unpack_rows(evalset.rows, m)
-    split = make_split(tiny_bank, "concept_iid")
-    groups = np.asarray(tiny_bank.groups)
-    sizes = set()
-    for negatives, hypotheses in [(n, h) for n in ("hard", "easy") for h in (None, split.train)]:
-        oracle = Oracle(tiny_bank, hypotheses, negatives=negatives)
-        sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=2, size=80)
-        for i in range(len(sampler)):
-            e = sampler[i]
-            idx, w = oracle.posterior(e.support_ids, e.support_labels)
-            label = dense[e.concept]
-            scores = np.round(w @ dense[idx], 12) if len(idx) else np.zeros(m)
-            want = average_precision(scores, label)
-            assert _oracle_ap(evalset, label, idx, w, groups) == pytest.approx(want, abs=1e-12)
-            n_groups = len(np.unique(groups[idx]))
-            sizes.add(0 if n_groups == 0 else 1 if n_groups <= 8 else 2 if n_groups <= 16 else 3)
-    assert sizes == {0, 1, 2, 3}  # none, one block of byte codes (or cells), two, more
-
-
-def test_ap_from_counts_all_equal_scores_is_positive_rate():
-    assert ap_from_counts(np.array([0.3]), np.array([7]), np.array([100])) == pytest.approx(0.07)
-
-
-def test_random_ap_matches_uniform_scores_in_expectation():
-    rng = np.random.default_rng(0)
-    sim = np.mean([_random_ap(rng, 5, 200) for _ in range(3000)])
-    labels = np.zeros(200, bool)
-    labels[:5] = True
-    ref = np.mean([average_precision(rng.random(200), labels) for _ in range(3000)])
-    assert sim == pytest.approx(ref, abs=0.01)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +37,22 @@ def test_table_invariants(rows):
     assert bc["d_compound"] > bc["d_compound_random"]
 
 
+def test_pool_rows_equal_serial_rows(tiny_bank):
+    """The pool's workers get the bank, evaluation set and splits as initializer arguments:
+    their rows equal those of one process, in the same order, and the parent keeps no state."""
+    from curi.oracles import gap
+
+    kw = dict(episodes=40, divergences=False, progress=False)
+    splits, negatives = ["binding_color", "counting"], ["hard", "easy"]
+    serial = compositionality_gap(tiny_bank, splits, negatives, workers=1, **kw)
+    pooled = compositionality_gap(tiny_bank, splits, negatives, workers=2, **kw)
+    timing = {"seconds", "stage_seconds"}
+    assert [{k: v for k, v in r.items() if k not in timing} for r in pooled] == [
+        {k: v for k, v in r.items() if k not in timing} for r in serial
+    ]
+    assert gap._worker_jobs is None
+
+
 def test_weak_oracle_without_train_concepts(tiny_bank):
     split = make_split(tiny_bank, "binding_color")
     empty = type(split)("empty", split.train[:0], split.val, split.test, split.dropped)
@@ -114,21 +70,6 @@ def test_report_files(rows, tmp_path):
     assert "| binding_color | hard |" in md and "mAP gap" in md
     assert "Beside the paper" in md and "Pearson r" in md  # 3 paper splits with hard negatives
     assert paths["png"].stat().st_size > 10_000
-
-
-def test_ap_of_scores_matches_plain_ap_with_ties_and_zeros():
-    from curi.oracles.gap import _ap_of_scores
-
-    rng = np.random.default_rng(0)
-    for _ in range(300):
-        m = int(rng.integers(1, 80))
-        scores = rng.choice([0.0, 1e-14, 0.1, 0.25, 0.5, 0.9], size=m) * rng.integers(1, 3, size=m)
-        labels = rng.random(m) < 0.3
-        if not labels.any():
-            assert np.isnan(_ap_of_scores(scores, labels))
-            continue
-        want = average_precision(np.round(scores, 12), labels)
-        assert _ap_of_scores(scores, labels) == pytest.approx(want, abs=1e-12)
 
 
 def test_paper_comparison():

@@ -1,5 +1,6 @@
 """Tests of curi.oracles.metrics: AP against a brute-force enumeration of thresholds (ties
-included), class-balanced accuracy per episode and pooled, batched against per-row."""
+included), class-balanced accuracy per episode and pooled, batched against per-row, and the
+oracles' AP on the evaluation set from packed rows against plain AP."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from curi.bits import unpack_rows
+from curi.episodes import EpisodeSampler
+from curi.oracles import metrics
+from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import (
+    ap_from_counts,
     average_precision,
     average_precision_batch,
     class_balanced_accuracy,
     class_balanced_accuracy_batch,
+    oracle_average_precision,
     pooled_class_balanced_accuracy,
+    random_average_precision,
 )
+from curi.oracles.policies import Oracle
+from curi.splits import make_split
 
 
 def brute_ap(scores: list[float], labels: list[int]) -> float:
@@ -188,3 +198,59 @@ def test_pooled_cba_pools_classes_over_episodes():
 def test_cba_rejects_nan_scores():
     with pytest.raises(ValueError, match="NaN"):
         class_balanced_accuracy_batch([[float("nan"), 0.1]], [[1, 0]])
+
+
+# --- AP of an oracle on the evaluation set ----------------------------------------------------
+@pytest.fixture(scope="module")
+def evalset(tiny_bank):
+    return EvalSet.from_bank(tiny_bank)
+
+
+@pytest.mark.parametrize("max_cells", [64, 0])  # 0: per-scene scores only
+def test_grouped_ap_equals_plain_ap(tiny_bank, evalset, monkeypatch, max_cells):
+    monkeypatch.setattr(metrics, "_MAX_CELLS", max_cells)
+    m = len(evalset)
+    dense = unpack_rows(evalset.rows, m)
+    split = make_split(tiny_bank, "concept_iid")
+    groups = np.asarray(tiny_bank.groups)
+    sizes = set()
+    for negatives, hypotheses in [(n, h) for n in ("hard", "easy") for h in (None, split.train)]:
+        oracle = Oracle(tiny_bank, hypotheses, negatives=negatives)
+        sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=2, size=80)
+        for i in range(len(sampler)):
+            e = sampler[i]
+            idx, w = oracle.posterior(e.support_ids, e.support_labels)
+            label = dense[e.concept]
+            scores = np.round(w @ dense[idx], 12) if len(idx) else np.zeros(m)
+            want = average_precision(scores, label)
+            got = oracle_average_precision(evalset, label, idx, w, groups)
+            assert got == pytest.approx(want, abs=1e-12)
+            n_groups = len(np.unique(groups[idx]))
+            sizes.add(0 if n_groups == 0 else 1 if n_groups <= 8 else 2 if n_groups <= 16 else 3)
+    assert sizes == {0, 1, 2, 3}  # none, one block of byte codes (or cells), two, more
+
+
+def test_ap_from_counts_all_equal_scores_is_positive_rate():
+    assert ap_from_counts(np.array([0.3]), np.array([7]), np.array([100])) == pytest.approx(0.07)
+
+
+def test_random_ap_matches_uniform_scores_in_expectation():
+    rng = np.random.default_rng(0)
+    sim = np.mean([random_average_precision(rng, 5, 200) for _ in range(3000)])
+    labels = np.zeros(200, bool)
+    labels[:5] = True
+    ref = np.mean([average_precision(rng.random(200), labels) for _ in range(3000)])
+    assert sim == pytest.approx(ref, abs=0.01)
+
+
+def test_ap_of_scores_matches_plain_ap_with_ties_and_zeros():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        m = int(rng.integers(1, 80))
+        scores = rng.choice([0.0, 1e-14, 0.1, 0.25, 0.5, 0.9], size=m) * rng.integers(1, 3, size=m)
+        labels = rng.random(m) < 0.3
+        if not labels.any():
+            assert np.isnan(metrics._ap_of_scores(scores, labels))
+            continue
+        want = average_precision(np.round(scores, 12), labels)
+        assert metrics._ap_of_scores(scores, labels) == pytest.approx(want, abs=1e-12)
