@@ -4,22 +4,65 @@ paper."""
 
 __version__ = "0.1.0"
 
-from curi.bank import BankConfig, ConceptBank, build_bank, load_bank, open_bank  # noqa: E402
-from curi.concepts import Concept, parse  # noqa: E402
-from curi.divergence import (  # noqa: E402
-    DivergenceIndex,
-    Divergences,
-    atom_divergence,
-    compound_divergence,
-)
-from curi.episodes import Episode, EpisodeSampler  # noqa: E402
-from curi.errors import BankError, ConceptError, ConfigError, CuriError, SplitError  # noqa: E402
-from curi.executor import evaluate  # noqa: E402
-from curi.grammar import sample_concepts  # noqa: E402
-from curi.posterior import Posterior  # noqa: E402
-from curi.predictors import easiness  # noqa: E402
-from curi.splits import Split, list_splits, make_split  # noqa: E402
-from curi.tasks import RuleTaskSampler  # noqa: E402
+from typing import TYPE_CHECKING
+
+# The public names, each imported from its module on first use (PEP 562), so that `curi
+# --help`, which imports this package, does not pay for numpy, scipy and the whole core.
+_EXPORTS = {
+    "curi.bank": ["BankConfig", "ConceptBank", "build_bank", "load_bank", "open_bank"],
+    "curi.concepts": ["Concept", "parse"],
+    "curi.divergence": ["DivergenceIndex", "Divergences", "atom_divergence",
+                        "compound_divergence"],
+    "curi.episodes": ["Episode", "EpisodeSampler"],
+    "curi.errors": ["BankError", "ConceptError", "ConfigError", "CuriError", "SplitError"],
+    "curi.executor": ["evaluate"],
+    "curi.grammar": ["sample_concepts"],
+    "curi.posterior": ["Posterior"],
+    "curi.predictors": ["easiness"],
+    "curi.splits": ["Split", "list_splits", "make_split"],
+    "curi.tasks": ["RuleTaskSampler"],
+}  # fmt: skip
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):
+    import importlib
+
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    else:  # a submodule (`curi.splits` after a bare `import curi`), as an eager import gave
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # the same names, for type checkers and editors
+    from curi.bank import BankConfig, ConceptBank, build_bank, load_bank, open_bank
+    from curi.concepts import Concept, parse
+    from curi.divergence import (
+        DivergenceIndex,
+        Divergences,
+        atom_divergence,
+        compound_divergence,
+    )
+    from curi.episodes import Episode, EpisodeSampler
+    from curi.errors import BankError, ConceptError, ConfigError, CuriError, SplitError
+    from curi.executor import evaluate
+    from curi.grammar import sample_concepts
+    from curi.posterior import Posterior
+    from curi.predictors import easiness
+    from curi.splits import Split, list_splits, make_split
+    from curi.tasks import RuleTaskSampler
 
 __all__ = [
     "BankConfig",

@@ -90,7 +90,9 @@ def test_bad_media_is_one_message_before_the_bank_opens(tmp_path):
     refused in one line, before a bank is looked for (the data_dir here does not exist)."""
     args = ["bank=tiny", f"data_dir={tmp_path / 'none'}", "n=2"]
     r = run_curi("episodes", *args, f"out={tmp_path / 'e.parquet'}", "media=video", cwd=tmp_path)
-    _one_line_error(r, "curi episodes: error: media must be one of image, sound or null, got 'video'")
+    _one_line_error(
+        r, "curi episodes: error: media must be one of image, sound or null, got 'video'"
+    )
     r = run_curi("episodes", *args, f"out={tmp_path / 'e.jsonl'}", "media=image", cwd=tmp_path)
     _one_line_error(
         r, "curi episodes: error: rendered files go into .parquet or .tar exports, not e.jsonl"
