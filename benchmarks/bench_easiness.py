@@ -27,9 +27,11 @@ def _run(bank, splits, names) -> tuple[float, float, dict]:
             idx.get(PREDICTORS[p])
     t1 = time.perf_counter()
     res = predictor_scores(
-        bank.concepts, [(s.name, s.train, s.test) for s in splits], predictors=names,
+        bank.concepts,
+        [(s.name, s.train, s.test) for s in splits],
+        predictors=names,
         indexes=idx,
-    )  # fmt: skip
+    )
     return t1 - t0, time.perf_counter() - t1, res
 
 
@@ -42,12 +44,16 @@ def main() -> None:
     bank = load_bank(args.bank, verify=False)
     splits = [make_split(bank, s) for s in PAPER_SPLITS]
     n_test = sum(len(s.test) for s in splits)
-    lines = [f"Machine: {machine()}.", "",
-             f"Easiness of every test concept of the nine paper splits ({n_test:,} test "
-             f"concepts) of the `{bank.config['name']}` bank ({len(bank):,} concepts), from the "
-             "concept strings, one process:", "",
-             "| predictors | extract structures (s) | score 9 splits (s) | total (s) |",
-             "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Machine: {machine()}.",
+        "",
+        f"Easiness of every test concept of the nine paper splits ({n_test:,} test "
+        f"concepts) of the `{bank.config['name']}` bank ({len(bank):,} concepts), from the "
+        "concept strings, one process:",
+        "",
+        "| predictors | extract structures (s) | score 9 splits (s) | total (s) |",
+        "|---|---|---|---|",
+    ]
     runs = [("2-LS (seed rule)", ["2-LS"])]
     if args.all:
         runs.append((f"all {len(PREDICTORS) + len(COMBINED)}", [*PREDICTORS, *COMBINED]))
@@ -56,9 +62,11 @@ def main() -> None:
         lines.append(f"| {label} | {ext:.1f} | {score:.1f} | {ext + score:.1f} |")
         print(lines[-1], flush=True)
     mean = {s.name: float(res[s.name]["2-LS"].easiness.mean()) for s in splits}
-    lines += ["", "Mean 2-LS easiness per split: "
-              + ", ".join(f"{k} {v:.3f}" for k, v in mean.items()) + ".",
-              f"Peak memory {peak_rss_gib():.1f} GiB."]  # fmt: skip
+    lines += [
+        "",
+        "Mean 2-LS easiness per split: " + ", ".join(f"{k} {v:.3f}" for k, v in mean.items()) + ".",
+        f"Peak memory {peak_rss_gib():.1f} GiB.",
+    ]
     body = "\n".join(lines)
     print(body)
     if args.doc:

@@ -54,41 +54,78 @@ def main() -> None:
             runs = itertools.product(args.validation, args.candidates, args.restarts, args.seeds)
             for val, cands, restarts, seed in runs:
                 t, c, cc = time.perf_counter(), time.process_time(), children_cpu()
-                s = make_split(bank, {"name": "mcd", "rule": "mcd", "train": args.train,
-                                      "test": args.test, "validation": val, "seed": seed,
-                                      "compounds": kind,
-                                      "workers": args.workers, "progress": False,
-                                      **({"candidates": cands} if cands else {}),
-                                      **({"refine": args.refine}
-                                         if args.refine is not None else {}),
-                                      **({"restarts": restarts} if restarts else {}),
-                                      **({"val_weight": args.val_weight}
-                                         if args.val_weight is not None else {})})  # fmt: skip
+                s = make_split(
+                    bank,
+                    {
+                        "name": "mcd",
+                        "rule": "mcd",
+                        "train": args.train,
+                        "test": args.test,
+                        "validation": val,
+                        "seed": seed,
+                        "compounds": kind,
+                        "workers": args.workers,
+                        "progress": False,
+                        **({"candidates": cands} if cands else {}),
+                        **({"refine": args.refine} if args.refine is not None else {}),
+                        **({"restarts": restarts} if restarts else {}),
+                        **({"val_weight": args.val_weight} if args.val_weight is not None else {}),
+                    },
+                )
                 split_s = time.perf_counter() - t
                 split_cpu_s = time.process_time() - c + children_cpu() - cc
                 i = s.info
-                row = {"bank": name, "concepts": len(bank), "groups": i["groups"]["all"],
-                       "compounds": kind, "validation": val, "seed": seed,
-                       "candidates": i["candidates"], "restarts": i["restarts"],
-                       "d_compound": i["d_compound"], "d_atom": i["d_atom"],
-                       "d_compound_random": i["d_compound_random"],
-                       "ratio": round(i["d_compound"] / i["d_compound_random"], 1),
-                       "d_compound_val": i.get("d_compound_val"),
-                       "d_compound_stage1": i.get("d_compound_stage1"),
-                       "objectives": i.get("objectives"), "workers": args.workers,
-                       "phase_seconds": i.get("phase_seconds"),
-                       "absent_atoms": i["test_atoms_absent_from_train"],
-                       "load_s": round(load_s, 1), "index_s": round(index_s, 1),
-                       "split_s": round(split_s, 1), "index_cpu_s": round(index_cpu_s, 1),
-                       "split_cpu_s": round(split_cpu_s, 1), "cpus": os.cpu_count(),
-                       "load_avg_1m": round(os.getloadavg()[0], 1)}  # fmt: skip
+                row = {
+                    "bank": name,
+                    "concepts": len(bank),
+                    "groups": i["groups"]["all"],
+                    "compounds": kind,
+                    "validation": val,
+                    "seed": seed,
+                    "candidates": i["candidates"],
+                    "restarts": i["restarts"],
+                    "d_compound": i["d_compound"],
+                    "d_atom": i["d_atom"],
+                    "d_compound_random": i["d_compound_random"],
+                    "ratio": round(i["d_compound"] / i["d_compound_random"], 1),
+                    "d_compound_val": i.get("d_compound_val"),
+                    "d_compound_stage1": i.get("d_compound_stage1"),
+                    "objectives": i.get("objectives"),
+                    "workers": args.workers,
+                    "phase_seconds": i.get("phase_seconds"),
+                    "absent_atoms": i["test_atoms_absent_from_train"],
+                    "load_s": round(load_s, 1),
+                    "index_s": round(index_s, 1),
+                    "split_s": round(split_s, 1),
+                    "index_cpu_s": round(index_cpu_s, 1),
+                    "split_cpu_s": round(split_cpu_s, 1),
+                    "cpus": os.cpu_count(),
+                    "load_avg_1m": round(os.getloadavg()[0], 1),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    keys = ["bank", "concepts", "groups", "compounds", "validation", "candidates", "restarts",
-            "seed", "d_compound", "d_atom", "d_compound_random", "ratio", "d_compound_val",
-            "d_compound_stage1",
-            "absent_atoms", "index_s", "index_cpu_s", "split_s", "split_cpu_s",
-            "load_avg_1m"]  # fmt: skip
+    keys = [
+        "bank",
+        "concepts",
+        "groups",
+        "compounds",
+        "validation",
+        "candidates",
+        "restarts",
+        "seed",
+        "d_compound",
+        "d_atom",
+        "d_compound_random",
+        "ratio",
+        "d_compound_val",
+        "d_compound_stage1",
+        "absent_atoms",
+        "index_s",
+        "index_cpu_s",
+        "split_s",
+        "split_cpu_s",
+        "load_avg_1m",
+    ]
     print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for r in rows:
         print("| " + " | ".join(str(r[k]) for k in keys) + " |")

@@ -43,12 +43,14 @@ def records_path(sampler, renderer, tok, max_len: int, indices) -> dict:
     items = []
     for b, e in enumerate(episodes):
         item = {
-            "support": data[b, :s], "query": data[b, s:],
+            "support": data[b, :s],
+            "query": data[b, s:],
             "support_labels": torch.from_numpy(e.support_labels.astype(np.int64)),
             "query_labels": torch.from_numpy(e.query_labels.astype(np.int64)),
-            "concept_tokens": tokens[b], "concept": torch.tensor(e.concept, dtype=torch.long),
+            "concept_tokens": tokens[b],
+            "concept": torch.tensor(e.concept, dtype=torch.long),
             "index": torch.tensor(e.index, dtype=torch.long),
-        }  # fmt: skip
+        }
         if mask is not None:
             item["support_mask"], item["query_mask"] = mask[b, :s], mask[b, s:]
         items.append(item)
@@ -100,8 +102,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     bank = open_bank(args.bank, args.data_dir, progress=False, build=True)
-    rows = ["| modality | episodes / batch | path | episodes / CPU s | episodes / s (wall) |",
-            "|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| modality | episodes / batch | path | episodes / CPU s | episodes / s (wall) |",
+        "|---|---|---|---|---|",
+    ]
     for name in args.modalities:
         batch = args.batch or TrainSettings().batch_for(name)
         for path, (cpu, wall) in bench(bank, name, batch, args.batches, args.device).items():

@@ -156,8 +156,11 @@ def time_stages(repeats: int, n: int = 50) -> dict:
     image.export(recs[:4])  # warm up
     u8 = image.export(recs)["data"]  # (n, 3, H, W)
     hwc = np.ascontiguousarray(u8.transpose(0, 2, 3, 1))  # (n, H, W, 3)
-    arrays = {"support": u8[:25], "query": u8[25:],
-              "concept_text": np.asarray("exists x in S: red(x)")}  # fmt: skip
+    arrays = {
+        "support": u8[:25],
+        "query": u8[25:],
+        "concept_text": np.asarray("exists x in S: red(x)"),
+    }
     names = [f"s{i:02d}" for i in range(n)]
 
     def pil(level):
@@ -204,13 +207,17 @@ def time_stages(repeats: int, n: int = 50) -> dict:
         out = {}
         for name, fn in stages.items():
             wall, cpu = _time(fn, repeats)
-            out[name] = {"cpu_ms_per_image": round(1e3 * cpu / n, 2),
-                         "wall_ms_per_image": round(1e3 * wall / n, 2)}  # fmt: skip
-        sizes = {"PNG PIL level 6": sum(map(len, pil(6))) / n,
-                 f"PNG PIL level {PNG_LEVEL}": sum(map(len, pil(PNG_LEVEL))) / n,
-                 f"PNG Sub level {PNG_LEVEL}": sum(map(len, ours())) / n,
-                 ".npz np.savez_compressed": (tmp / "a.npz").stat().st_size / n,
-                 ".npz _save_npz": (tmp / "b.npz").stat().st_size / n}  # fmt: skip
+            out[name] = {
+                "cpu_ms_per_image": round(1e3 * cpu / n, 2),
+                "wall_ms_per_image": round(1e3 * wall / n, 2),
+            }
+        sizes = {
+            "PNG PIL level 6": sum(map(len, pil(6))) / n,
+            f"PNG PIL level {PNG_LEVEL}": sum(map(len, pil(PNG_LEVEL))) / n,
+            f"PNG Sub level {PNG_LEVEL}": sum(map(len, ours())) / n,
+            ".npz np.savez_compressed": (tmp / "a.npz").stat().st_size / n,
+            ".npz _save_npz": (tmp / "b.npz").stat().st_size / n,
+        }
         with np.load(tmp / "a.npz") as a, np.load(tmp / "b.npz") as b:
             same = all(np.array_equal(a[k], b[k]) for k in arrays)
         png_same = all(
@@ -218,9 +225,13 @@ def time_stages(repeats: int, n: int = 50) -> dict:
             for data, im in zip(ours(), hwc, strict=True)
         )
         pixels_same = np.array_equal(before_ray_casting(), u8)
-    return {"stages": out, "bytes_per_image": {k: round(v) for k, v in sizes.items()},
-            "npz_arrays_identical": same, "png_pixels_identical": png_same,
-            "export_equals_quantised_render": pixels_same}  # fmt: skip
+    return {
+        "stages": out,
+        "bytes_per_image": {k: round(v) for k, v in sizes.items()},
+        "npz_arrays_identical": same,
+        "png_pixels_identical": png_same,
+        "export_equals_quantised_render": pixels_same,
+    }
 
 
 def _stages_markdown(res: dict, args) -> str:
@@ -245,8 +256,12 @@ def _stages_markdown(res: dict, args) -> str:
 def _curi(*args: str, cwd: Path) -> tuple[float, float]:
     """Wall and CPU seconds (the child's, all its threads) of one `curi` command."""
     w, c = time.perf_counter(), children_cpu()
-    subprocess.run([sys.executable, "-c", "from curi.cli import main; main()", *args],
-                   cwd=cwd, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - w, children_cpu() - c
 
 
@@ -266,8 +281,9 @@ def time_rerender(episodes: int, repeats: int, settings: dict[str, list[str]]) -
         tmp = Path(tmp)
         bank = load_bank(build_bank("tiny", tmp / "data", progress=False))
         src = tmp / "eps.jsonl"
-        export_episodes(bank, make_split(bank, "concept_iid"), "test", src, n=episodes,
-                        progress=False)  # fmt: skip
+        export_episodes(
+            bank, make_split(bank, "concept_iid"), "test", src, n=episodes, progress=False
+        )
         base = ["episodes", "render", f"in={src}", "modality=image", "progress=false"]
         _curi(*base, f"out={tmp / 'warm'}", "limit=1", cwd=tmp)  # warm the file cache
         runs: dict[tuple[str, bool], list[tuple[float, float]]] = {}
@@ -276,21 +292,32 @@ def time_rerender(episodes: int, repeats: int, settings: dict[str, list[str]]) -
                 for one in (False, True):
                     limit = ["limit=1"] if one else []
                     out = f"out={tmp / f'o{r}-{i}-{one}'}"  # a fresh folder: nothing replaced
-                    runs.setdefault((name, one), []).append(_curi(*base, out, *extra, *limit,
-                                                                  cwd=tmp))  # fmt: skip
+                    runs.setdefault((name, one), []).append(
+                        _curi(*base, out, *extra, *limit, cwd=tmp)
+                    )
     rows = []
     for name in settings:
         wall = statistics.median(w for w, _ in runs[name, False])
         cpu = statistics.median(c for _, c in runs[name, False])
         wall_one = statistics.median(w for w, _ in runs[name, True])
         cpu_one = statistics.median(c for _, c in runs[name, True])
-        rows.append({
-            "setting": name, "episodes": episodes, "images": 50 * episodes,
-            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "limit1_wall_s": round(wall_one, 2),
-            "images_per_s": round(50 * episodes / wall, 1),
-            "images_per_s_rendering": round(50 * (episodes - 1) / max(wall - wall_one, 1e-9), 1),
-            "images_per_cpu_s_rendering": round(50 * (episodes - 1) / max(cpu - cpu_one, 1e-9), 1),
-        })  # fmt: skip
+        rows.append(
+            {
+                "setting": name,
+                "episodes": episodes,
+                "images": 50 * episodes,
+                "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 2),
+                "limit1_wall_s": round(wall_one, 2),
+                "images_per_s": round(50 * episodes / wall, 1),
+                "images_per_s_rendering": round(
+                    50 * (episodes - 1) / max(wall - wall_one, 1e-9), 1
+                ),
+                "images_per_cpu_s_rendering": round(
+                    50 * (episodes - 1) / max(cpu - cpu_one, 1e-9), 1
+                ),
+            }
+        )
     return rows
 
 
@@ -301,9 +328,11 @@ def _rerender_markdown(rows: list[dict], args) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['setting']} | {r['wall_s']} | {r['cpu_s']} | {r['limit1_wall_s']} "
-                     f"| {r['images_per_s']} | {r['images_per_s_rendering']} "
-                     f"| {r['images_per_cpu_s_rendering']} |")  # fmt: skip
+        lines.append(
+            f"| {r['setting']} | {r['wall_s']} | {r['cpu_s']} | {r['limit1_wall_s']} "
+            f"| {r['images_per_s']} | {r['images_per_s_rendering']} "
+            f"| {r['images_per_cpu_s_rendering']} |"
+        )
     r0 = rows[0]
     cores = default_workers()
     estimate = (

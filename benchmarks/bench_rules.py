@@ -29,8 +29,10 @@ def rates(sampler, text: TextRenderer, n: int, start: int) -> dict[str, float]:
             t = sampler[i].to_dict()
             if with_text:
                 text.rows(t)
-        out["text" if with_text else "tasks"] = (n / (time.perf_counter() - w),
-                                                 n / (time.process_time() - c))  # fmt: skip
+        out["text" if with_text else "tasks"] = (
+            n / (time.perf_counter() - w),
+            n / (time.process_time() - c),
+        )
     w, c = time.perf_counter(), time.process_time()
     for i in range(start, start + n):
         sampler.episodes[i]
@@ -58,14 +60,20 @@ def main() -> None:
         sampler = RuleTaskSampler(bank, "concept_iid", "train", rule_rate=rate)
         sampler[args.n * 4]  # warm the page cache
         runs = [rates(sampler, text, args.n, k * args.n) for k in range(3)]
-        med = {key: tuple(sorted(r[key][j] for r in runs)[1] for j in (0, 1))
-               for key in runs[0]}  # fmt: skip
+        med = {key: tuple(sorted(r[key][j] for r in runs)[1] for j in (0, 1)) for key in runs[0]}
         cells = [f"{med[k][0]:,.0f} / {med[k][1]:,.0f}" for k in ("episodes", "tasks", "text")]
         lines.append(f"| {rate:g} | " + " | ".join(cells) + " |")
     test = RuleTaskSampler(bank, "concept_iid", "test")
     mix = class_mix(test[i].to_dict() for i in range(2000))
-    lines += ["", "Class mix of 2,000 default tasks (concept_iid test):", "", "```",
-              format_mix(mix), "```", f"\nPeak memory: {peak_rss_gib():.2f} GiB."]  # fmt: skip
+    lines += [
+        "",
+        "Class mix of 2,000 default tasks (concept_iid test):",
+        "",
+        "```",
+        format_mix(mix),
+        "```",
+        f"\nPeak memory: {peak_rss_gib():.2f} GiB.",
+    ]
     body = "\n".join(lines)
     print(body)
     if not args.dry_run:

@@ -41,8 +41,9 @@ def _cuda(args, reference: torch.Tensor) -> dict | str:
     out = _rate(len(recs), lambda: gpu.render_packed(packed), args.repeats, torch.cuda.synchronize)
     out.pop("scenes_per_s_cpu_time")  # host time of a GPU call says little
     diff = (gpu.render(recs[: len(reference)]).data.cpu() - reference).abs().max()
-    out.update(batch=args.gpu_batch, device=torch.cuda.get_device_name(),
-               max_abs_diff_vs_cpu=float(diff))  # fmt: skip
+    out.update(
+        batch=args.gpu_batch, device=torch.cuda.get_device_name(), max_abs_diff_vs_cpu=float(diff)
+    )
     return out
 
 
@@ -91,8 +92,10 @@ def _markdown(res: dict, args) -> str:
         + "\n".join(rows)
     )
     if res["max_abs_diff_torch_cpu_vs_numpy"] is not None:
-        ratio = (res["torch (CPU), records"]["scenes_per_s_cpu_time"]
-                 / res["numpy, records"]["scenes_per_s_cpu_time"])  # fmt: skip
+        ratio = (
+            res["torch (CPU), records"]["scenes_per_s_cpu_time"]
+            / res["numpy, records"]["scenes_per_s_cpu_time"]
+        )
         text += (
             f"\n\nTorch path / numpy path, CPU time: {ratio:.1f}x. Largest difference between "
             f"the two paths' spectrograms (values in [0, 1]) on these scenes: "

@@ -26,13 +26,24 @@ POOLERS = ("avg", "concat", "relation_net", "transformer")
 def run(pooling: str, args, tmp: Path) -> dict:
     out = tmp / pooling
     cmd = [
-        sys.executable, "-c", "from curi.cli import main; main()", "train", "bank=tiny",
-        "train=tiny", f"data_dir={tmp / 'data'}", f"output_dir={out}", f"pooling={pooling}",
-        f"modality={args.modality}", f"device={args.device}", f"train.steps={args.steps}",
-        f"train.batch_size={args.batch}", f"train.eval_every={10 * args.steps}",
-        f"train.checkpoint_every={10 * args.steps}", f"train.num_workers={args.workers}",
+        sys.executable,
+        "-c",
+        "from curi.cli import main; main()",
+        "train",
+        "bank=tiny",
+        "train=tiny",
+        f"data_dir={tmp / 'data'}",
+        f"output_dir={out}",
+        f"pooling={pooling}",
+        f"modality={args.modality}",
+        f"device={args.device}",
+        f"train.steps={args.steps}",
+        f"train.batch_size={args.batch}",
+        f"train.eval_every={10 * args.steps}",
+        f"train.checkpoint_every={10 * args.steps}",
+        f"train.num_workers={args.workers}",
         "progress=false",
-    ]  # fmt: skip
+    ]
     if args.render_device:
         cmd.append(f"modality.device={args.render_device}")
     cmd += args.override

@@ -128,8 +128,9 @@ def profile_loader(bank, modality: dict, batch: int, steps: int, workers: int, d
     run = RunConfig(bank=bank.config, modality=modality, train=s)
     model = build_model(run, renderer).to(device).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    loader = train_loader(run, Runtime(device), pool, batch, start=0, renderer=renderer,
-                           max_len=concept_max_len(bank))  # fmt: skip
+    loader = train_loader(
+        run, Runtime(device), pool, batch, start=0, renderer=renderer, max_len=concept_max_len(bank)
+    )
     # No synchronisation per phase: the GPU runs step t while the host renders batch t + 1,
     # so "data_wait" is the host time blocked on the next batch, "model_step" the time to
     # queue the step; the steps' total wall time is taken with one synchronisation at the end.
@@ -185,16 +186,23 @@ def main() -> None:
     ap.add_argument("--bank", default="tiny")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--trace", default=None, help="folder for Chrome traces")
-    ap.add_argument("-o", "--option", action="append", default=[],
-                    help="a renderer option, MODALITY.KEY=VALUE (image.width=120)")  # fmt: skip
+    ap.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        help="a renderer option, MODALITY.KEY=VALUE (image.width=120)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     amp = torch.bfloat16 if device.type == "cuda" else None
     bank = open_bank(args.bank, args.data_dir, progress=False, build=True)
 
-    print(f"bank {bank.path.name} ({bank.num_scenes} scenes), device {device}, torch "
-          f"{torch.__version__}, {args.threads} torch thread(s), amp {amp}")  # fmt: skip
+    print(
+        f"bank {bank.path.name} ({bank.num_scenes} scenes), device {device}, torch "
+        f"{torch.__version__}, {args.threads} torch thread(s), amp {amp}"
+    )
     for name in args.modalities:
         modality = {"name": name}
         if args.render_device:
@@ -221,8 +229,10 @@ def main() -> None:
             )
             print(f"{name}: training loader, {args.workers} workers (host time; no sync per step)")
             print("\n".join(_fmt("loader, host", loop, ("data_wait", "model_step"), batch)))
-            print(f"  {'synced':<12}{1e3 * per_step:>10.1f} ms a step (mean, GPU work included)"
-                  f"   -> {batch / per_step:.3g} episodes/s")  # fmt: skip
+            print(
+                f"  {'synced':<12}{1e3 * per_step:>10.1f} ms a step (mean, GPU work included)"
+                f"   -> {batch / per_step:.3g} episodes/s"
+            )
 
 
 if __name__ == "__main__":

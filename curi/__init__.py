@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "curi.bank": ["BankConfig", "ConceptBank", "build_bank", "load_bank", "open_bank"],
     "curi.concepts": ["Concept", "parse"],
-    "curi.divergence": ["DivergenceIndex", "Divergences", "atom_divergence",
-                        "compound_divergence"],
+    "curi.divergence": ["DivergenceIndex", "Divergences", "atom_divergence", "compound_divergence"],
     "curi.episodes": ["Episode", "EpisodeSampler"],
     "curi.errors": ["BankError", "ConceptError", "ConfigError", "CuriError", "SplitError"],
     "curi.executor": ["evaluate"],
@@ -21,7 +20,7 @@ _EXPORTS = {
     "curi.predictors": ["easiness"],
     "curi.splits": ["Split", "list_splits", "make_split"],
     "curi.tasks": ["RuleTaskSampler"],
-}  # fmt: skip
+}
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 

@@ -47,8 +47,11 @@ def _usage(commands: dict) -> str:
         except CuriError as e:  # one broken config must not hide the other commands
             about = f"(unavailable: {e})"
         lines.append(f"  {name.replace('.', ' '):<16} {about}".rstrip())
-    lines += ["", "`curi <command> --help` lists a command's options and config groups;",
-              "`curi --version` prints the installed version."]  # fmt: skip
+    lines += [
+        "",
+        "`curi <command> --help` lists a command's options and config groups;",
+        "`curi --version` prints the installed version.",
+    ]
     return "\n".join(lines)
 
 

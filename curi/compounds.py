@@ -77,8 +77,10 @@ class _Tree:
         label, kids = self.labels[v], self.children[v]
         out = [(1, 1, label)]
         if budget > 1 and kids:
-            below = [[(m << (c - v), s, t) for m, s, t in self.rooted(c, budget - 1, cache)]
-                     for c in kids]  # fmt: skip
+            below = [
+                [(m << (c - v), s, t) for m, s, t in self.rooted(c, budget - 1, cache)]
+                for c in kids
+            ]
             sort = label in COMMUTATIVE
 
             def text(picked: dict[int, str]) -> str:
@@ -90,8 +92,11 @@ class _Tree:
             for i in range(len(kids)):
                 for j in range(i + 1, len(kids)):
                     for m1, s1, t1 in below[i]:
-                        out.extend((1 | m1 | m2, 1 + s1 + s2, text({i: t1, j: t2}))
-                                   for m2, s2, t2 in below[j] if 1 + s1 + s2 <= budget)  # fmt: skip
+                        out.extend(
+                            (1 | m1 | m2, 1 + s1 + s2, text({i: t1, j: t2}))
+                            for m2, s2, t2 in below[j]
+                            if 1 + s1 + s2 <= budget
+                        )
         cache[self.keys[v], budget] = out
         return out
 
@@ -109,8 +114,13 @@ class _Tree:
             for m, n, t in self.chains(kids[k], cache):
                 parts = ["_"] * len(kids)
                 parts[k] = t
-                out.append((1 | m << shift, n + 1,
-                            f"({label} {' '.join(sorted(parts) if sort else parts)})"))  # fmt: skip
+                out.append(
+                    (
+                        1 | m << shift,
+                        n + 1,
+                        f"({label} {' '.join(sorted(parts) if sort else parts)})",
+                    )
+                )
         cache[self.keys[v], "chains"] = out
         return out
 
@@ -123,8 +133,9 @@ class _Tree:
             found = [(m, t) for m, s, t in self.rooted(v, MAX_NODES, cache) if s > 1]
             found += [(m, t) for m, n, t in self.chains(v, cache) if n > MAX_NODES]
             masks = np.fromiter((m for m, _ in found), np.int64, len(found))
-            types = np.fromiter((vocab.setdefault(t, len(vocab)) for _, t in found), np.int64,
-                                len(found))  # fmt: skip
+            types = np.fromiter(
+                (vocab.setdefault(t, len(vocab)) for _, t in found), np.int64, len(found)
+            )
             hit = cache[self.keys[v]] = (masks, types)
         return hit
 

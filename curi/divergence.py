@@ -581,8 +581,9 @@ def split_divergences(
     d = index.divergences(split.train, split.test, weighting=weighting)
     if len(split.train) + len(split.test) <= len(bank):
         pool = np.arange(len(bank))
-        base = index.random_baseline(split.train, split.test, seed=seed, pool=pool,
-                                     weighting=weighting)  # fmt: skip
+        base = index.random_baseline(
+            split.train, split.test, seed=seed, pool=pool, weighting=weighting
+        )
     else:  # overlapping sides (instance IID): a random split of the same sizes is itself
         base = d
     return {

@@ -209,8 +209,12 @@ def _stage(path: Path, publish: contextlib.ExitStack, write) -> dict:
     leave its renaming to the end of `publish`; returns its card entry."""
     tmp = publish.enter_context(atomic_path(path))
     episodes = write(tmp)
-    return {"name": path.name, "episodes": episodes, "bytes": tmp.stat().st_size,
-            "sha256": sha256(tmp)}  # fmt: skip
+    return {
+        "name": path.name,
+        "episodes": episodes,
+        "bytes": tmp.stat().st_size,
+        "sha256": sha256(tmp),
+    }
 
 
 def _write_lines(tmp: Path, texts: Iterable[str], *, compressed: bool) -> int:
@@ -247,8 +251,9 @@ def _write_shard(tmp: Path, items: list[_Item]) -> int:
     return len(items)
 
 
-def _stage_shards(out: Path, items: Iterable[_Item], shard_size: int,
-                  publish: contextlib.ExitStack) -> list[dict]:  # fmt: skip
+def _stage_shards(
+    out: Path, items: Iterable[_Item], shard_size: int, publish: contextlib.ExitStack
+) -> list[dict]:
     """Stage the shards ``<name>-00000.tar``, ... of `shard_size` episodes each."""
     files: list[dict] = []
     batch: list[_Item] = []
@@ -279,17 +284,27 @@ def parquet_schema(media: Media | None = None):
     schema's metadata, so `datasets.load_dataset("parquet", ...)` decodes the files."""
     import pyarrow as pa
 
-    obj = pa.struct([
-        ("shape", pa.string()), ("color", pa.string()), ("material", pa.string()),
-        ("size", pa.string()), ("x", pa.int64()), ("y", pa.int64()),
-        ("position", pa.list_(pa.float64())), ("rotation", pa.float64()),
-        ("pixel", pa.list_(pa.float64())),
-    ])  # fmt: skip
+    obj = pa.struct(
+        [
+            ("shape", pa.string()),
+            ("color", pa.string()),
+            ("material", pa.string()),
+            ("size", pa.string()),
+            ("x", pa.int64()),
+            ("y", pa.int64()),
+            ("position", pa.list_(pa.float64())),
+            ("rotation", pa.float64()),
+            ("pixel", pa.list_(pa.float64())),
+        ]
+    )
     record = pa.struct([("id", pa.int64()), ("objects", pa.list_(obj))])
     fields = [("index", pa.int64()), ("concept", pa.int64()), ("concept_text", pa.string())]
     for s in ("support", "query"):
-        fields += [(f"{s}_ids", pa.list_(pa.int64())), (f"{s}_labels", pa.list_(pa.int8())),
-                   (f"{s}_records", pa.list_(record))]  # fmt: skip
+        fields += [
+            (f"{s}_ids", pa.list_(pa.int64())),
+            (f"{s}_labels", pa.list_(pa.int8())),
+            (f"{s}_records", pa.list_(record)),
+        ]
     if media is not None:
         blob = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
         fields += [(_media_column(s, media), blob) for s in ("support", "query")]
@@ -329,8 +344,11 @@ def _write_parquet(tmp: Path, items: Iterable[_Item], media: Media | None, rows:
             if media is not None:
                 ns = len(ep["support_ids"])
                 blobs = [{"bytes": data, "path": name} for name, data in files]
-                ep = {**ep, _media_column("support", media): blobs[:ns],
-                      _media_column("query", media): blobs[ns:]}  # fmt: skip
+                ep = {
+                    **ep,
+                    _media_column("support", media): blobs[:ns],
+                    _media_column("query", media): blobs[ns:],
+                }
             batch.append(ep)
             count += 1
             if len(batch) == rows:
@@ -477,11 +495,17 @@ def export_episodes(
     ):
         files, written = _publish_files(out, items, shard_size, media)
         meta = {
-            "curi_export": CARD_FORMAT, "export": out.name, "episodes": n,
-            "split": str(split.name), "subset": str(subset), "negatives": str(negatives),
-            "query_negatives": str(sampler.query_negatives), "seed": seed,
-            "media": media.suffix if media is not None else None, "files": files,
-        }  # fmt: skip
+            "curi_export": CARD_FORMAT,
+            "export": out.name,
+            "episodes": n,
+            "split": str(split.name),
+            "subset": str(subset),
+            "negatives": str(negatives),
+            "query_negatives": str(sampler.query_negatives),
+            "seed": seed,
+            "media": media.suffix if media is not None else None,
+            "files": files,
+        }
         card = write_text(_card_path(out), _card_text(meta, bank, split, written))
         _publishing(out).unlink(missing_ok=True)
     paths = [out.with_name(f["name"]) for f in files]
@@ -605,7 +629,7 @@ def _load_card(card: Path) -> dict | None:
         and all(
             isinstance(f, dict) and all(isinstance(f.get(k), t) for k, t in entry.items())
             for f in files
-        )  # fmt: skip
+        )
         and meta.get("episodes") == sum(f["episodes"] for f in files)
     )
     if not ok:
@@ -734,10 +758,10 @@ def _texts(path: Path, parts: list[_Part]) -> Iterator[tuple[str, str]]:
                 count += 1
                 yield item
             if part.entry is not None and count != part.entry["episodes"]:
-                raise _differs(path, part, f"{count} episodes, the card says "
-                                           f"{part.entry['episodes']}")  # fmt: skip
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error, tarfile.TarError,
-            _ArrowError) as e:  # fmt: skip
+                raise _differs(
+                    path, part, f"{count} episodes, the card says {part.entry['episodes']}"
+                )
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error, tarfile.TarError, _ArrowError) as e:
         raise EpisodeFileError(f"cannot read episode file {path}: {e}") from None
 
 

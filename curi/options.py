@@ -19,8 +19,17 @@ import yaml
 from curi.errors import ConfigError
 from curi.presets import conf_dir, list_presets
 
-__all__ = ["Options", "load_options", "check_config", "check_override_keys",
-           "check_group_values", "choices", "is_split_file", "help_text", "summary"]  # fmt: skip
+__all__ = [
+    "Options",
+    "load_options",
+    "check_config",
+    "check_override_keys",
+    "check_group_values",
+    "choices",
+    "is_split_file",
+    "help_text",
+    "summary",
+]
 
 _KEY = re.compile(r"^(\s*)([A-Za-z_][\w@.-]*)\s*:(\s|$)(.*)$")
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.\s+")  # not after "e.g." or "i.e."
@@ -185,11 +194,19 @@ def choices() -> dict[str, tuple]:
     from curi.tasks.sampler import HYPOTHESES
 
     # threshold: the names of oracles.difficulty_auc.auc_table, a layer the core does not import
-    return {"prior": PRIORS, "likelihood": LIKELIHOODS, "negatives": NEGATIVES,
-            "query_negatives": QUERY_NEGATIVES, "subset": SUBSETS, "hypotheses": HYPOTHESES,
-            "kinds": RULE_KINDS, "mcd.compounds": COMPOUND_KINDS,
-            "media": tuple(list_media()), "predictors": (*PREDICTORS, *COMBINED),
-            "threshold": ("median", "pooled_median", float)}  # fmt: skip
+    return {
+        "prior": PRIORS,
+        "likelihood": LIKELIHOODS,
+        "negatives": NEGATIVES,
+        "query_negatives": QUERY_NEGATIVES,
+        "subset": SUBSETS,
+        "hypotheses": HYPOTHESES,
+        "kinds": RULE_KINDS,
+        "mcd.compounds": COMPOUND_KINDS,
+        "media": tuple(list_media()),
+        "predictors": (*PREDICTORS, *COMBINED),
+        "threshold": ("median", "pooled_median", float),
+    }
 
 
 def _check_choice(key: str, default, value) -> None:
@@ -331,8 +348,11 @@ def check_group_values(overrides: list[str], opts: Options) -> None:
 
 def list_groups() -> list[str]:
     """The config groups of the installed configuration (folders of `conf/`)."""
-    return sorted(p.name for p in conf_dir().iterdir() if p.is_dir() and p.name != "hydra"
-                  and not p.name.startswith("_"))  # fmt: skip
+    return sorted(
+        p.name
+        for p in conf_dir().iterdir()
+        if p.is_dir() and p.name != "hydra" and not p.name.startswith("_")
+    )
 
 
 # --- help ----------------------------------------------------------------------------------
@@ -393,24 +413,31 @@ def help_text(opts: Options, command: str, choices: dict[str, str] | None = None
     comment beside it in the YAML file), each config group with its options (and the keys of
     the chosen one), the footer."""
     choices = choices or {}
-    lines = [str(opts.help.get("header", f"curi {command}")), "",
-             f"usage: curi {command} [key=value ...] [-m] [--help]", "", "options:"]  # fmt: skip
+    lines = [
+        str(opts.help.get("header", f"curi {command}")),
+        "",
+        f"usage: curi {command} [key=value ...] [-m] [--help]",
+        "",
+        "options:",
+    ]
     own = {k: v for k, v in opts.defaults.items() if k not in opts.groups or v is not None}
     lines += _rows(_flatten(own), opts.comments)
     for package, (group, default) in opts.groups.items():
         choice = choices.get(package, default)
         names = list_presets(group)
-        lines += ["", f"{package}={choice or 'null'}  (config group {group}: "
-                  f"{', '.join(names)})"]  # fmt: skip
+        lines += ["", f"{package}={choice or 'null'}  (config group {group}: {', '.join(names)})"]
         width = max(map(len, names), default=0)
         lines += [f"    {n:<{width}}  {_describe(group, n)}".rstrip() for n in names]
         if choice in names:
             doc, notes = _option(group, choice)
             items = [(f"{package}.{k}", v) for k, v in _flatten(doc)]
             lines += _rows(items, notes, lookup_prefix=f"{package}.")
-    lines += ["", "Override any option with key=value (a group's keys with group.key=value); an "
-              "unknown key or a value of the wrong type is refused.",
-              "Hydra's own flags: --hydra-help."]  # fmt: skip
+    lines += [
+        "",
+        "Override any option with key=value (a group's keys with group.key=value); an "
+        "unknown key or a value of the wrong type is refused.",
+        "Hydra's own flags: --hydra-help.",
+    ]
     if opts.help.get("footer"):
         lines += ["", str(opts.help["footer"])]
     return "\n".join(lines)

@@ -98,7 +98,12 @@ def regular_file(path: str | Path, what: str, error: type[CuriError] = ConfigErr
     except OSError as e:  # a name too long, a loop of symlinks, no permission ...
         raise error(f"{what} {str(path)!r} cannot be read: {e.strerror or e}") from None
     if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else (
-            "a socket" if stat.S_ISSOCK(mode) else "a device or other special file")
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else ("a socket" if stat.S_ISSOCK(mode) else "a device or other special file")
+        )
         raise error(f"{what} {str(path)!r} is {kind}, not a regular file")
     return path

@@ -168,9 +168,7 @@ class Scenes:
         }
 
 
-def records_to_props(
-    records: list[dict], *, min_objects: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
+def records_to_props(records: list[dict], *, min_objects: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(n_objects, props) arrays from records that hold at least shape, color, material, size,
     x and y per object; the inverse of the discrete part of `Scenes.records`.
 

@@ -57,24 +57,36 @@ def baseline_table(
         mean, std = _mean_std([r["test_map"] for r in rs])
         paper = paper_baseline(first["modality"], first["pooling"], split, first["negatives"])
         orc = (oracle_rows or {}).get((split, first["negatives"])) or {}
-        rows.append({
-            "config": config, "split": split, "modality": first["modality"],
-            "pooling": first["pooling"], "alpha": first["alpha"],
-            "negatives": first["negatives"], "seeds": [r["seed"] for r in rs],
-            "test_map": mean, "test_map_std": std,
-            "test_cba": _mean_std([r["test_cba"] for r in rs])[0],
-            "best_val_map": _mean_std([r["best_val_map"] for r in rs])[0],
-            "checkpoint_steps": [r["checkpoint_step"] for r in rs],
-            "steps": max(r["steps"] for r in rs),
-            "train_seconds": sum(r["train_seconds"] for r in rs),
-            "paper_map": None if paper is None else paper[0] / 100,
-            "paper_map_std": None if paper is None or paper[1] is None else paper[1] / 100,
-            "diff": None if paper is None else mean - paper[0] / 100,
-            "oracle_strong": orc.get("map_strong"), "oracle_weak": orc.get("map_weak"),
-            "oracle_random": orc.get("map_random"),
-        })  # fmt: skip
-    return {"settings": dict(settings or {}), "configs": configs, "rows": rows,
-            "runs": list(results)}  # fmt: skip
+        rows.append(
+            {
+                "config": config,
+                "split": split,
+                "modality": first["modality"],
+                "pooling": first["pooling"],
+                "alpha": first["alpha"],
+                "negatives": first["negatives"],
+                "seeds": [r["seed"] for r in rs],
+                "test_map": mean,
+                "test_map_std": std,
+                "test_cba": _mean_std([r["test_cba"] for r in rs])[0],
+                "best_val_map": _mean_std([r["best_val_map"] for r in rs])[0],
+                "checkpoint_steps": [r["checkpoint_step"] for r in rs],
+                "steps": max(r["steps"] for r in rs),
+                "train_seconds": sum(r["train_seconds"] for r in rs),
+                "paper_map": None if paper is None else paper[0] / 100,
+                "paper_map_std": None if paper is None or paper[1] is None else paper[1] / 100,
+                "diff": None if paper is None else mean - paper[0] / 100,
+                "oracle_strong": orc.get("map_strong"),
+                "oracle_weak": orc.get("map_weak"),
+                "oracle_random": orc.get("map_random"),
+            }
+        )
+    return {
+        "settings": dict(settings or {}),
+        "configs": configs,
+        "rows": rows,
+        "runs": list(results),
+    }
 
 
 def _pct(x: float | None, std: float | None = None) -> str:
@@ -91,8 +103,10 @@ def table_markdown(table: Mapping) -> str:
     splits = sorted({r["split"] for r in rows}, key=_split_order)
     alpha = {r["config"]: r["alpha"] for r in rows}
     head = [f"{c} (alpha={alpha[c]:g})" if alpha[c] else c for c in configs]
-    lines = ["| split | " + " | ".join(head) + " | strong oracle | weak oracle |",
-             "|---" * (len(configs) + 3) + "|"]  # fmt: skip
+    lines = [
+        "| split | " + " | ".join(head) + " | strong oracle | weak oracle |",
+        "|---" * (len(configs) + 3) + "|",
+    ]
     for s in splits:
         cells, orc = [], None
         for c in configs:
@@ -102,21 +116,33 @@ def table_markdown(table: Mapping) -> str:
                 continue
             orc = orc or r
             cells.append(f"{_pct(r['test_map'])} ({_pct(r['paper_map'])})")
-        lines.append(f"| {s} | " + " | ".join(cells) + f" | {_pct(orc['oracle_strong'])} | "
-                     f"{_pct(orc['oracle_weak'])} |")  # fmt: skip
+        lines.append(
+            f"| {s} | " + " | ".join(cells) + f" | {_pct(orc['oracle_strong'])} | "
+            f"{_pct(orc['oracle_weak'])} |"
+        )
     st = table.get("settings", {})
-    lines += ["", "Test mAP % of the checkpoint with the best val mAP (mean over training seeds "
-              f"{st.get('seeds')}), {st.get('episodes')} test episodes of seed "
-              f"{st.get('eval_seed')} on bank {st.get('bank')!r}; in brackets the paper's "
-              "(Appendix G.7: mean of 3 runs of 1M steps, without language); n/a: the paper has "
-              "no such model.", ""]  # fmt: skip
+    lines += [
+        "",
+        "Test mAP % of the checkpoint with the best val mAP (mean over training seeds "
+        f"{st.get('seeds')}), {st.get('episodes')} test episodes of seed "
+        f"{st.get('eval_seed')} on bank {st.get('bank')!r}; in brackets the paper's "
+        "(Appendix G.7: mean of 3 runs of 1M steps, without language); n/a: the paper has "
+        "no such model.",
+        "",
+    ]
     if any(alpha.values()):
         g, se = PAPER_LANGUAGE_GAIN
-        lines += [f"The paper gives no per-split numbers with language (alpha > 0): its bracket "
-                  f"is the alpha = 0 number; language added {g} ± {se} mAP points on average "
-                  "(mean ± s.e.).", ""]  # fmt: skip
-    lines += ["| configuration | split | test mAP % | paper % | diff | test CBA % | best val mAP "
-              "% | checkpoint step / steps | train s |", "|---" * 9 + "|"]  # fmt: skip
+        lines += [
+            f"The paper gives no per-split numbers with language (alpha > 0): its bracket "
+            f"is the alpha = 0 number; language added {g} ± {se} mAP points on average "
+            "(mean ± s.e.).",
+            "",
+        ]
+    lines += [
+        "| configuration | split | test mAP % | paper % | diff | test CBA % | best val mAP "
+        "% | checkpoint step / steps | train s |",
+        "|---" * 9 + "|",
+    ]
     for r in rows:
         diff = "n/a" if r["diff"] is None else f"{100 * r['diff']:+.1f}"
         lines.append(

@@ -144,8 +144,10 @@ def parse_baselines(
             raise ConfigError(f"only: unknown configurations {missing}; known: {names}")
         out = [out[names.index(n)] for n in dict.fromkeys(only)]
     if splits is not None:
-        out = [_baseline(i, {**dataclasses.asdict(b), "splits": list(splits)}, None)
-               for i, b in enumerate(out)]  # fmt: skip
+        out = [
+            _baseline(i, {**dataclasses.asdict(b), "splits": list(splits)}, None)
+            for i, b in enumerate(out)
+        ]
     return out
 
 
@@ -178,12 +180,20 @@ def plan_runs(
         settings = {**dict(train), **b.train, "alpha": b.alpha}
         for split in b.splits:
             for seed in dict.fromkeys(seeds):
-                run = RunConfig.from_mapping({
-                    "bank": dict(bank), "split": presets[split], "negatives": negatives,
-                    "modality": b.modality, "pooling": b.pooling, "train": settings,
-                    "embed_dim": embed_dim, "seed": seed, "device": device,
-                    "data_dir": None if data_dir is None else str(data_dir),
-                })  # fmt: skip
+                run = RunConfig.from_mapping(
+                    {
+                        "bank": dict(bank),
+                        "split": presets[split],
+                        "negatives": negatives,
+                        "modality": b.modality,
+                        "pooling": b.pooling,
+                        "train": settings,
+                        "embed_dim": embed_dim,
+                        "seed": seed,
+                        "device": device,
+                        "data_dir": None if data_dir is None else str(data_dir),
+                    }
+                )
                 where = Path(out_dir) / "runs" / b.name / split / f"seed{seed}"
                 out.append(BaselineRun(b, split, seed, run, where))
         build_model(out[-1].run, make_renderer(b.modality))  # options the model refuses
@@ -241,47 +251,84 @@ def _oracle_row(bank, split: str, evaluation: Mapping, out_dir: Path) -> dict:
     if saved is not None and saved.get("eval") == dict(evaluation):
         return saved["row"]
     e = evaluation
-    row = score_split(bank, make_split(bank, split), e["negatives"], EvalSet.from_bank(bank),
-                      episodes=e["episodes"], prior=e["prior"], likelihood=e["likelihood"],
-                      seed=e["seed"])  # fmt: skip
+    row = score_split(
+        bank,
+        make_split(bank, split),
+        e["negatives"],
+        EvalSet.from_bank(bank),
+        episodes=e["episodes"],
+        prior=e["prior"],
+        likelihood=e["likelihood"],
+        seed=e["seed"],
+    )
     write_text(path, json.dumps({"eval": dict(evaluation), "row": row}, indent=2) + "\n")
     return row
 
 
-def _train_and_test(r: BaselineRun, bank, evaluation: Mapping, *, num_workers: int,
-                    batch_size: int | None, progress: bool) -> dict:  # fmt: skip
+def _train_and_test(
+    r: BaselineRun,
+    bank,
+    evaluation: Mapping,
+    *,
+    num_workers: int,
+    batch_size: int | None,
+    progress: bool,
+) -> dict:
     """Train a run (resuming from its last checkpoint if one is there), then test its best
     checkpoint by val mAP; writes ``eval/metrics.json`` and ``eval/concepts.parquet``."""
     resumed = (r.dir / "train" / "checkpoints" / "last.pt").is_file()
     t0, c0 = time.perf_counter(), time.process_time()
-    summary = train(r.run, run_dir=r.dir / "train", bank=bank,
-                    resume=r.dir / "train" if resumed else None, progress=progress)  # fmt: skip
+    summary = train(
+        r.run,
+        run_dir=r.dir / "train",
+        bank=bank,
+        resume=r.dir / "train" if resumed else None,
+        progress=progress,
+    )
     t1, c1 = time.perf_counter(), time.process_time()
     # training time summed over the calls that finished training this run (it may resume)
     spent = _read_json(r.dir / "timing.json") if resumed else None
     spent = spent or {"train_seconds": 0.0, "train_cpu_seconds": 0.0}
-    spent = {"train_seconds": spent["train_seconds"] + t1 - t0,
-             "train_cpu_seconds": spent["train_cpu_seconds"] + c1 - c0}  # fmt: skip
+    spent = {
+        "train_seconds": spent["train_seconds"] + t1 - t0,
+        "train_cpu_seconds": spent["train_cpu_seconds"] + c1 - c0,
+    }
     write_text(r.dir / "timing.json", json.dumps(spent) + "\n")
     metrics = evaluate_checkpoint(
-        r.dir / "train", bank=bank, episodes=evaluation["episodes"], seed=evaluation["seed"],
-        negatives=evaluation["negatives"], device=r.run.device, batch_size=batch_size,
-        num_workers=num_workers, oracles=False, progress=progress,
-    )  # fmt: skip
+        r.dir / "train",
+        bank=bank,
+        episodes=evaluation["episodes"],
+        seed=evaluation["seed"],
+        negatives=evaluation["negatives"],
+        device=r.run.device,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        oracles=False,
+        progress=progress,
+    )
     write_metrics(metrics, r.dir / "eval" / "metrics.json")
     write_concepts(metrics["per_concept"], r.dir / "eval" / "concepts.parquet")
     m = metrics["model"]
     return {
-        "config": r.baseline.name, "split": r.split, "seed": r.seed,
-        "modality": r.run.modality["name"], "pooling": r.run.pooling["name"],
-        "alpha": r.baseline.alpha, "negatives": evaluation["negatives"],
-        "test_map": m["map"], "test_cba": m["cba"], "test_episodes": m["episodes"],
-        "best_val_map": summary["best_map"], "checkpoint_step": metrics["step"],
-        "steps": summary["steps"], "train_seconds": round(spent["train_seconds"], 1),
+        "config": r.baseline.name,
+        "split": r.split,
+        "seed": r.seed,
+        "modality": r.run.modality["name"],
+        "pooling": r.run.pooling["name"],
+        "alpha": r.baseline.alpha,
+        "negatives": evaluation["negatives"],
+        "test_map": m["map"],
+        "test_cba": m["cba"],
+        "test_episodes": m["episodes"],
+        "best_val_map": summary["best_map"],
+        "checkpoint_step": metrics["step"],
+        "steps": summary["steps"],
+        "train_seconds": round(spent["train_seconds"], 1),
         "train_cpu_seconds": round(spent["train_cpu_seconds"], 1),
         "eval_seconds": round(time.perf_counter() - t1, 1),
-        "device": summary["device"], "dir": str(r.dir),
-    }  # fmt: skip
+        "device": summary["device"],
+        "dir": str(r.dir),
+    }
 
 
 def run_baselines(
@@ -323,8 +370,12 @@ def run_baselines(
         ConfigError: bad options, or a run folder made with other settings (without `force`).
     """
     episodes = validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES)
-    evaluation = {"episodes": episodes, "seed": validate.seed(eval_seed), "prior": prior,
-                  "likelihood": likelihood}  # fmt: skip
+    evaluation = {
+        "episodes": episodes,
+        "seed": validate.seed(eval_seed),
+        "prior": prior,
+        "likelihood": likelihood,
+    }
     out_dir, results, oracle_rows = Path(out_dir), [], {}
     for i, spec in enumerate(runs, 1):
         r = dataclasses.replace(spec, run=dataclasses.replace(spec.run, bank=dict(bank.config)))
@@ -335,17 +386,27 @@ def run_baselines(
             log.info("%s: finished before (test mAP %.4f); skipped", label, result["test_map"])
         else:
             log.info("%s: training %d steps in %s", label, r.run.train.steps, r.dir)
-            result = _train_and_test(r, bank, ev, num_workers=num_workers,
-                                     batch_size=batch_size, progress=progress)  # fmt: skip
+            result = _train_and_test(
+                r, bank, ev, num_workers=num_workers, batch_size=batch_size, progress=progress
+            )
             write_text(r.dir / "result.json", json.dumps(result, indent=2) + "\n")
-            log.info("%s: test mAP %.4f (best val mAP %.4f at step %d); %.0f s", label,
-                     result["test_map"], result["best_val_map"], result["checkpoint_step"],
-                     result["train_seconds"] + result["eval_seconds"])  # fmt: skip
+            log.info(
+                "%s: test mAP %.4f (best val mAP %.4f at step %d); %.0f s",
+                label,
+                result["test_map"],
+                result["best_val_map"],
+                result["checkpoint_step"],
+                result["train_seconds"] + result["eval_seconds"],
+            )
         results.append(result)
         key = (r.split, r.run.negatives)
         if oracles and key not in oracle_rows:
             log.info("%s: oracles on the same %d test episodes", label, episodes)
             oracle_rows[key] = _oracle_row(bank, r.split, ev, out_dir)
-    settings = {"bank": bank.config.get("name"), "episodes": episodes, "eval_seed": eval_seed,
-                "seeds": sorted({r.seed for r in runs})}  # fmt: skip
+    settings = {
+        "bank": bank.config.get("name"),
+        "episodes": episodes,
+        "eval_seed": eval_seed,
+        "seeds": sorted({r.seed for r in runs}),
+    }
     return baseline_table(results, oracle_rows, settings=settings)

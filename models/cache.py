@@ -52,12 +52,15 @@ def cache_identity(bank, renderer: Renderer, modality: Mapping) -> dict:
     scenes = {k: files[k]["sha256"] for k in sorted(files) if k.startswith("scenes/")}
     return {
         "format": CACHE_FORMAT,
-        "bank": {"name": bank.config.get("name"), "num_scenes": bank.num_scenes,
-                 "scenes_sha256": scenes},
+        "bank": {
+            "name": bank.config.get("name"),
+            "num_scenes": bank.num_scenes,
+            "scenes_sha256": scenes,
+        },
         "renderer": _settings(renderer, modality),
         "item_shape": list(renderer.item_shape),
         "encoding": "uint8 round(255 x)",
-    }  # fmt: skip
+    }
 
 
 def _diff(a: Mapping, b: Mapping, where: str = "") -> list[str]:
@@ -90,8 +93,9 @@ def _key(identity: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _build(path: Path, bank, renderer: Renderer, identity: dict, *, chunk: int,
-           progress: bool) -> None:  # fmt: skip
+def _build(
+    path: Path, bank, renderer: Renderer, identity: dict, *, chunk: int, progress: bool
+) -> None:
     from tqdm import tqdm
 
     n, shape = bank.num_scenes, tuple(renderer.item_shape)
@@ -110,8 +114,9 @@ def _build(path: Path, bank, renderer: Renderer, identity: dict, *, chunk: int,
     (path / "header.json").unlink(missing_ok=True)  # the header marks a complete cache
     with atomic_path(path / "scenes.npy") as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, *shape))
-        bar = tqdm(total=n, desc=f"render cache ({renderer.name})", unit="scene",
-                   disable=not progress)  # fmt: skip
+        bar = tqdm(
+            total=n, desc=f"render cache ({renderer.name})", unit="scene", disable=not progress
+        )
         for lo in range(0, n, chunk):
             ids = np.arange(lo, min(n, lo + chunk))
             x = renderer.render_packed(pack_scenes(bank.scenes, ids)).data

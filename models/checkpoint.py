@@ -129,8 +129,9 @@ class MetricLogger:
     first new scalar, so a run that logs nothing (finished already) adds no events file.
     """
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True,
-                 resume_step: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, run_dir: Path, *, enabled: bool = True, resume_step: int | None = None
+    ) -> None:
         self.enabled, self.tb, self._file = enabled, None, None
         self._tb_dir, self._purge = run_dir / "tb", None
         self._kept: set[tuple[str, int]] = set()  # rows of the interrupted run, kept

@@ -24,8 +24,18 @@ __all__ = ["baselines", "difficulty", "evaluate", "train"]
 
 log = logging.getLogger("curi")
 
-RUN_KEYS = ("bank", "split", "negatives", "modality", "pooling", "train", "embed_dim", "seed",
-            "device", "data_dir")  # fmt: skip
+RUN_KEYS = (
+    "bank",
+    "split",
+    "negatives",
+    "modality",
+    "pooling",
+    "train",
+    "embed_dim",
+    "seed",
+    "device",
+    "data_dir",
+)
 
 
 def run_config(cfg: DictConfig) -> RunConfig:
@@ -48,9 +58,12 @@ def evaluate(cfg: DictConfig) -> None:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("give the checkpoint to evaluate: checkpoint=<run dir or .pt file>")
     check_eval_options(
-        episodes=cfg.episodes, seed=cfg.seed, batch_size=cfg.batch_size,
-        num_workers=cfg.num_workers, chunk=cfg.chunk,
-    )  # fmt: skip
+        episodes=cfg.episodes,
+        seed=cfg.seed,
+        batch_size=cfg.batch_size,
+        num_workers=cfg.num_workers,
+        chunk=cfg.chunk,
+    )
     out = inside(
         cfg.output_dir, cfg.out, what="eval out", hint="; set output_dir= to write elsewhere"
     )
@@ -81,8 +94,18 @@ def evaluate(cfg: DictConfig) -> None:
     plot = plot_metrics([metrics], out.with_name("eval.png"))
     log.info("wrote %s, %s and %s", path, concepts, plot)
     brief = {k: metrics[k] for k in ("checkpoint", "step", "split", "negatives", "episodes")}
-    print(json.dumps({**brief, "model": metrics["model"], "oracles": metrics["oracles"],
-                      "metrics": str(path), "concepts": str(concepts)}, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                **brief,
+                "model": metrics["model"],
+                "oracles": metrics["oracles"],
+                "metrics": str(path),
+                "concepts": str(concepts),
+            },
+            indent=2,
+        )
+    )
 
 
 def baselines(cfg: DictConfig) -> None:
@@ -91,23 +114,44 @@ def baselines(cfg: DictConfig) -> None:
     from curi.models.baselines import parse_baselines, plan_runs, run_baselines
 
     c = OmegaConf.to_container(cfg, resolve=True)
-    plan = parse_baselines(c["configs"], only=c["only"], splits=c["splits"],
-                           render_device=c["render_device"])  # fmt: skip
+    plan = parse_baselines(
+        c["configs"], only=c["only"], splits=c["splits"], render_device=c["render_device"]
+    )
     out = Path(cfg.output_dir)
-    kw = {"seeds": c["seeds"], "negatives": c["negatives"], "embed_dim": c["embed_dim"],
-          "device": c["device"], "data_dir": c["data_dir"], "out_dir": out}  # fmt: skip
+    kw = {
+        "seeds": c["seeds"],
+        "negatives": c["negatives"],
+        "embed_dim": c["embed_dim"],
+        "device": c["device"],
+        "data_dir": c["data_dir"],
+        "out_dir": out,
+    }
     # every run checked before the bank opens (run_baselines then sets each run's bank config)
     runs = plan_runs(plan, bank=c["bank"], train=c["train"], **kw)
-    check_eval_options(episodes=c["episodes"], seed=c["eval_seed"],
-                       batch_size=c["eval_batch_size"], num_workers=0, chunk=1)  # fmt: skip
-    bank = open_bank(c["bank"], c["data_dir"], progress=c["progress"],
-                     build=True if c["build"] else None)  # fmt: skip
+    check_eval_options(
+        episodes=c["episodes"],
+        seed=c["eval_seed"],
+        batch_size=c["eval_batch_size"],
+        num_workers=0,
+        chunk=1,
+    )
+    bank = open_bank(
+        c["bank"], c["data_dir"], progress=c["progress"], build=True if c["build"] else None
+    )
     table = run_baselines(
-        runs, bank=bank, out_dir=out, episodes=c["episodes"], eval_seed=c["eval_seed"],
-        oracles=c["oracles"], prior=c["prior"], likelihood=c["likelihood"],
-        num_workers=c["train"].get("num_workers", 0), batch_size=c["eval_batch_size"],
-        force=c["force"], progress=c["progress"],
-    )  # fmt: skip
+        runs,
+        bank=bank,
+        out_dir=out,
+        episodes=c["episodes"],
+        eval_seed=c["eval_seed"],
+        oracles=c["oracles"],
+        prior=c["prior"],
+        likelihood=c["likelihood"],
+        num_workers=c["train"].get("num_workers", 0),
+        batch_size=c["eval_batch_size"],
+        force=c["force"],
+        progress=c["progress"],
+    )
     paths = [*write_table(table, out), plot_baselines(table, out / "baselines.png")]
     log.info("wrote %s", ", ".join(map(str, paths)))
     print(paths[1].read_text())
@@ -132,14 +176,27 @@ def difficulty(cfg: DictConfig) -> None:
             splits.append(sp)
         checkpoints[name] = c["checkpoint"]
     report = difficulty_report(
-        bank, splits, checkpoints=checkpoints, predictors=c["predictors"],
-        episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"],
-        negatives=c["negatives"], threshold=c["threshold"], prior=c["prior"],
-        likelihood=c["likelihood"], seed=c["seed"], device=c["device"],
-    )  # fmt: skip
-    settings = {"bank": bank.config["name"], "episodes_per_concept": c["episodes_per_concept"],
-                "max_concepts": c["max_concepts"], "threshold": c["threshold"],
-                "negatives": c["negatives"], "seed": c["seed"]}  # fmt: skip
+        bank,
+        splits,
+        checkpoints=checkpoints,
+        predictors=c["predictors"],
+        episodes=c["episodes_per_concept"],
+        max_concepts=c["max_concepts"],
+        negatives=c["negatives"],
+        threshold=c["threshold"],
+        prior=c["prior"],
+        likelihood=c["likelihood"],
+        seed=c["seed"],
+        device=c["device"],
+    )
+    settings = {
+        "bank": bank.config["name"],
+        "episodes_per_concept": c["episodes_per_concept"],
+        "max_concepts": c["max_concepts"],
+        "threshold": c["threshold"],
+        "negatives": c["negatives"],
+        "seed": c["seed"],
+    }
     paths = write_report(report, cfg.output_dir, settings=settings)
     for p in paths:
         log.info("wrote %s", p)

@@ -33,17 +33,32 @@ _AMP_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _MAX_BATCH = 100_000  # episodes per batch
 # integer train settings and their ranges (the upper bounds keep a run's arrays in memory)
 _TRAIN_INTS = {
-    "steps": (1, 10**9), "batch_size": (1, _MAX_BATCH), "log_every": (1, 10**9),
-    "eval_every": (1, 10**9), "checkpoint_every": (1, 10**9),
-    "val_episodes": (1, validate.MAX_EPISODES), "train_episodes": (1, validate.MAX_EPISODES),
-    "eval_batch_size": (1, _MAX_BATCH), "eval_chunk": (1, 10**6), "num_workers": (0, 256),
-}  # fmt: skip
+    "steps": (1, 10**9),
+    "batch_size": (1, _MAX_BATCH),
+    "log_every": (1, 10**9),
+    "eval_every": (1, 10**9),
+    "checkpoint_every": (1, 10**9),
+    "val_episodes": (1, validate.MAX_EPISODES),
+    "train_episodes": (1, validate.MAX_EPISODES),
+    "eval_batch_size": (1, _MAX_BATCH),
+    "eval_chunk": (1, 10**6),
+    "num_workers": (0, 256),
+}
 # Settings that may change when a run is resumed (they do not change what a step computes).
 _RESUMABLE = {
-    "steps", "eval_every", "checkpoint_every", "log_every", "num_workers", "val_episodes",
-    "eval_chunk", "eval_batch_size", "render_cache_rebuild", "channels_last", "fused_adam",
+    "steps",
+    "eval_every",
+    "checkpoint_every",
+    "log_every",
+    "num_workers",
+    "val_episodes",
+    "eval_chunk",
+    "eval_batch_size",
+    "render_cache_rebuild",
+    "channels_last",
+    "fused_adam",
     "compile",
-}  # fmt: skip
+}
 
 
 @dataclasses.dataclass(frozen=True)

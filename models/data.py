@@ -151,8 +151,9 @@ class EpisodeDataset(Dataset):
         """Episodes `indices` rendered and stacked (what `collate_episodes` of their items
         gives): sampled as compact arrays, their scenes gathered from the bank's columnar
         store and rendered in one `Renderer.render_packed` call."""
-        compact = compact_batch(self.sampler, indices, tokenizer=self.tokenizer,
-                                max_len=self.max_len)  # fmt: skip
+        compact = compact_batch(
+            self.sampler, indices, tokenizer=self.tokenizer, max_len=self.max_len
+        )
         return render_batch(compact, LiveScenes(self.sampler.bank.scenes, self.renderer))
 
 
@@ -169,8 +170,9 @@ class EpisodeBatches(Dataset):
         render: render in the process that loads (else compact arrays only).
     """
 
-    def __init__(self, sampler: EpisodeSampler, modality: Mapping | str, *, max_len: int,
-                 render: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, sampler: EpisodeSampler, modality: Mapping | str, *, max_len: int, render: bool = True
+    ) -> None:
         self.episodes = EpisodeDataset(sampler, modality, max_len=max_len)
         self.render = bool(render)
 

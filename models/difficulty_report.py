@@ -37,8 +37,14 @@ from curi.oracles.metrics import average_precision_batch
 from curi.predictors import COMBINED, PREDICTORS, predictor_scores
 from curi.splits import Split, make_split
 
-__all__ = ["PerConceptSampler", "check_checkpoint_bank", "check_options",
-           "difficulty_report", "model_outcomes", "write_report"]  # fmt: skip
+__all__ = [
+    "PerConceptSampler",
+    "check_checkpoint_bank",
+    "check_options",
+    "difficulty_report",
+    "model_outcomes",
+    "write_report",
+]
 
 log = logging.getLogger("curi")
 EASY = "easiness_"  # prefix of the predictors' columns in the per-concept table
@@ -87,7 +93,7 @@ class PerConceptSampler:
                 negatives,
                 seed=seed,
                 size=self.episodes,
-            )  # fmt: skip
+            )
             for h in np.asarray(concepts).tolist()
         ]
 
@@ -100,9 +106,16 @@ class PerConceptSampler:
 
 @torch.inference_mode()
 def model_outcomes(
-    checkpoint, bank, split: Split, concepts, *, episodes: int = 10, seed: int = 0,
-    batch_size: int = 64, device: str = "cpu",
-) -> dict[str, np.ndarray]:  # fmt: skip
+    checkpoint,
+    bank,
+    split: Split,
+    concepts,
+    *,
+    episodes: int = 10,
+    seed: int = 0,
+    batch_size: int = 64,
+    device: str = "cpu",
+) -> dict[str, np.ndarray]:
     """A checkpoint's mean AP per concept over `episodes` test episodes of each (the oracle's
     episodes), and, for a model trained with the concept loss, the share of episodes whose
     greedily decoded concept is exactly the concept (``exact``; None without a decoder).
@@ -129,8 +142,11 @@ def model_outcomes(
     emb = embed_eval_set(model, bank, run.modality, device=dev)
     sampler = PerConceptSampler(bank, split, concepts, episodes, run.negatives, seed)
     ds = EpisodeDataset(sampler, run.modality, max_len=ckpt.get("max_len"))
-    loader = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, False),
-                        collate_fn=collate_episodes)  # fmt: skip
+    loader = DataLoader(
+        ds,
+        batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, False),
+        collate_fn=collate_episodes,
+    )
     tok = ConceptTokenizer()
     aps, exact = [], []
     for batch in loader:
@@ -189,20 +205,32 @@ def difficulty_report(
     for s in resolved:
         _check_scorable(s, samples[s.name])
     scores = predictor_scores(
-        bank.concepts, [(s.name, s.train, samples[s.name]) for s in resolved],
-        predictors=names, seed=seed,
-    )  # fmt: skip
+        bank.concepts,
+        [(s.name, s.train, samples[s.name]) for s in resolved],
+        predictors=names,
+        seed=seed,
+    )
     ev = EvalSet.from_bank(bank)
     div = DivergenceIndex(bank.concepts)
     rows, split_rows = [], []
     for s in resolved:
         te = samples[s.name]
-        orc = oracle_outcomes(bank, s, te, episodes=episodes, negatives=negatives, prior=prior,
-                              likelihood=likelihood, seed=seed, eval_set=ev)  # fmt: skip
+        orc = oracle_outcomes(
+            bank,
+            s,
+            te,
+            episodes=episodes,
+            negatives=negatives,
+            prior=prior,
+            likelihood=likelihood,
+            seed=seed,
+            eval_set=ev,
+        )
         mod = None
         if s.name in checkpoints:
-            mod = model_outcomes(checkpoints[s.name], bank, s, te, episodes=episodes, seed=seed,
-                                 device=device)  # fmt: skip
+            mod = model_outcomes(
+                checkpoints[s.name], bank, s, te, episodes=episodes, seed=seed, device=device
+            )
         sc = scores[s.name]
         first = names[0]
         for j, h in enumerate(te.tolist()):
@@ -219,13 +247,20 @@ def difficulty_report(
                 r["unseen_symbols"] = bool(sc[first].unseen_symbols[j])
             r["oracle_ap"], r["oracle_cba"] = float(orc["ap"][j]), float(orc["cba"][j])
             r["model_ap"] = None if mod is None else float(mod["ap"][j])
-            r["model_exact"] = None if mod is None or mod["exact"] is None else float(
-                mod["exact"][j])  # fmt: skip
+            r["model_exact"] = (
+                None if mod is None or mod["exact"] is None else float(mod["exact"][j])
+            )
             rows.append(r)
         d = div.divergences(s.train, s.test)
-        srow = {"split": s.name, "n_test": len(s.test), "n_scored": len(te),
-                "oracle_ap": float(orc["ap"].mean()), "d_compound": d.compound,
-                "model_ap": None if mod is None else float(mod["ap"].mean()), **s.info}  # fmt: skip
+        srow = {
+            "split": s.name,
+            "n_test": len(s.test),
+            "n_scored": len(te),
+            "oracle_ap": float(orc["ap"].mean()),
+            "d_compound": d.compound,
+            "model_ap": None if mod is None else float(mod["ap"].mean()),
+            **s.info,
+        }
         srow.update({f"mean_{p}": float(sc[p].easiness.mean()) for p in names})
         split_rows.append(srow)
     keys = [f"{EASY}{p}" for p in names]
@@ -255,8 +290,12 @@ def _md_auc(table: list[dict], title: str) -> list[str]:
     scopes = list(dict.fromkeys(r["scope"] for r in table))
     preds = list(dict.fromkeys(r["predictor"] for r in table))
     get = {(r["scope"], r["predictor"]): r for r in table}
-    lines = [f"## {title}", "", "| predictor | " + " | ".join(scopes) + " | pooled, within length"
-             " | pooled Spearman |", "|---" * (len(scopes) + 3) + "|"]  # fmt: skip
+    lines = [
+        f"## {title}",
+        "",
+        "| predictor | " + " | ".join(scopes) + " | pooled, within length | pooled Spearman |",
+        "|---" * (len(scopes) + 3) + "|",
+    ]
     for p in preds:
         cells = [_fmt(get[(s, p)]["auc"]) if (s, p) in get else "" for s in scopes]
         pooled = get.get(("pooled", p), {})
@@ -271,12 +310,14 @@ def _md_correlations(report: dict) -> list[str]:
     """The per-split correlation table, or one line saying why there is none."""
     names = [r["split"] for r in report["splits"]]
     if len(names) < MIN_SPLITS:
-        return [f"A correlation over splits needs at least {MIN_SPLITS} splits; this report has "
-                f"{len(names)} ({', '.join(names)}): give more in splits= to see it."]  # fmt: skip
+        return [
+            f"A correlation over splits needs at least {MIN_SPLITS} splits; this report has "
+            f"{len(names)} ({', '.join(names)}): give more in splits= to see it."
+        ]
     return ["| predictor | Pearson | Spearman | splits |", "|---|---|---|---|"] + [
         f"| {c['predictor']} | {_fmt(c['pearson'])} | {_fmt(c['spearman'])} | {c['splits']} |"
         for c in report["correlations"]
-    ]  # fmt: skip
+    ]
 
 
 def write_report(

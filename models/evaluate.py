@@ -135,9 +135,14 @@ def evaluate_episodes(
     ev = eval_set if eval_set is not None else EvalSet.from_bank(bank)
     try:
         emb = embed_eval_set(
-            model, bank, modality, device=device, chunk=chunk, num_workers=num_workers,
+            model,
+            bank,
+            modality,
+            device=device,
+            chunk=chunk,
+            num_workers=num_workers,
             amp_dtype=amp_dtype,
-        )  # fmt: skip
+        )
         ds = EpisodeDataset(sampler, modality, max_len=max_len)
         on_gpu = renders_on_cuda(modality)
         loader = DataLoader(
@@ -230,8 +235,13 @@ def concept_table(
     counts = np.bincount(inv, minlength=k)
     rows = []
     for j, h in enumerate(ids.tolist()):
-        row = {"split": split, "concept_id": h, "concept": bank.concepts[h],
-               "group": bank.group(h), "episodes": int(counts[j])}  # fmt: skip
+        row = {
+            "split": split,
+            "concept_id": h,
+            "concept": bank.concepts[h],
+            "group": bank.group(h),
+            "episodes": int(counts[j]),
+        }
         row.update({name: float(v[j]) for name, v in means.items()})
         rows.append(row)
     return rows
@@ -329,9 +339,12 @@ def evaluate_checkpoint(
     dev = resolve_device(device)
     if bank is None:
         bank = open_bank(
-            run, data_dir=data_dir, bank_path=ckpt.get("bank_path"), progress=progress,
+            run,
+            data_dir=data_dir,
+            bank_path=ckpt.get("bank_path"),
+            progress=progress,
             build=build,
-        )  # fmt: skip
+        )
     else:
         check_checkpoint_bank(run.bank, bank, path)
     split_cfg = run.split if split is None else split
@@ -363,16 +376,33 @@ def evaluate_checkpoint(
         keep_episodes=per_concept,
     )
     concepts, ap = metrics.pop("episode_concepts", None), metrics.pop("episode_ap", None)
-    log.info("model: mAP %.4f, CBA %.4f on %d %s episodes", metrics["map"], metrics["cba"],
-             episodes, subset)  # fmt: skip
+    log.info(
+        "model: mAP %.4f, CBA %.4f on %d %s episodes",
+        metrics["map"],
+        metrics["cba"],
+        episodes,
+        subset,
+    )
     oracle_row = None
     if oracles:
         oracle_row = score_split(
-            bank, sp, neg, ev, episodes=episodes, prior=prior, likelihood=likelihood, seed=seed,
-            progress=progress, per_episode=per_concept,
-        )  # fmt: skip
-        log.info("oracles: mAP strong %.4f weak %.4f random %.4f", oracle_row["map_strong"],
-                 oracle_row["map_weak"], oracle_row["map_random"])  # fmt: skip
+            bank,
+            sp,
+            neg,
+            ev,
+            episodes=episodes,
+            prior=prior,
+            likelihood=likelihood,
+            seed=seed,
+            progress=progress,
+            per_episode=per_concept,
+        )
+        log.info(
+            "oracles: mAP strong %.4f weak %.4f random %.4f",
+            oracle_row["map_strong"],
+            oracle_row["map_weak"],
+            oracle_row["map_random"],
+        )
     out = {
         "checkpoint": str(path),
         "step": int(ckpt["step"]),
@@ -390,6 +420,5 @@ def evaluate_checkpoint(
     if per_concept:
         # per-episode oracle APs, where the oracle row carries them (``episode_ap``)
         per_episode = (oracle_row or {}).pop("episode_ap", None)
-        out["per_concept"] = concept_table(bank, concepts, ap, split=sp.name,
-                                           oracle_ap=per_episode)  # fmt: skip
+        out["per_concept"] = concept_table(bank, concepts, ap, split=sp.name, oracle_ap=per_episode)
     return out

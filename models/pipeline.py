@@ -51,7 +51,7 @@ def compact_batch(
         "concept_tokens": tokenizer.batch([e.concept_text for e in eps], max_len=max_len),
         "concept": torch.tensor([e.concept for e in eps], dtype=torch.long),
         "index": torch.tensor([e.index for e in eps], dtype=torch.long),
-    }  # fmt: skip
+    }
 
 
 class SceneSource(Protocol):

@@ -102,20 +102,33 @@ def plot_baselines(table: Mapping, path: str | Path) -> Path:
         ours = [get[(c, s)]["test_map"] if (c, s) in get else np.nan for s in splits]
         paper = [(get.get((c, s)) or {}).get("paper_map") for s in splits]
         ax.bar(xs, ours, width, label=c)
-        ax.scatter(xs, [np.nan if p is None else p for p in paper], marker="_", s=200,
-                   color="black", zorder=3, label="paper" if k == 0 else None)  # fmt: skip
+        ax.scatter(
+            xs,
+            [np.nan if p is None else p for p in paper],
+            marker="_",
+            s=200,
+            color="black",
+            zorder=3,
+            label="paper" if k == 0 else None,
+        )
     for key, style in (("oracle_strong", "--"), ("oracle_weak", ":")):
-        ys = [next((r[key] for r in rows if r["split"] == s and r[key] is not None), np.nan)
-              for s in splits]  # fmt: skip
-        ax.hlines(ys, x - 0.45, x + 0.45, linestyles=style, color="gray",
-                  label=key.replace("_", " "))  # fmt: skip
+        ys = [
+            next((r[key] for r in rows if r["split"] == s and r[key] is not None), np.nan)
+            for s in splits
+        ]
+        ax.hlines(
+            ys, x - 0.45, x + 0.45, linestyles=style, color="gray", label=key.replace("_", " ")
+        )
     ax.set_xticks(x, splits, fontsize=8, rotation=20)
     ax.set_ylabel("test mAP")
     ax.set_ylim(0, 1.2)  # room for the legend above a strong oracle at 1
     ax.legend(fontsize=7, ncol=3, loc="upper right")
     st = table.get("settings", {})
-    ax.set_title(f"Test mAP on bank {st.get('bank')!r} ({st.get('episodes')} episodes): ours "
-                 "(bars), the paper (black ticks)", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"Test mAP on bank {st.get('bank')!r} ({st.get('episodes')} episodes): ours "
+        "(bars), the paper (black ticks)",
+        fontsize=9,
+    )
     fig.tight_layout()
     path = Path(path)
     with atomic_path(path) as tmp:

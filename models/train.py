@@ -149,13 +149,19 @@ class _Fit:
     def payload(self, step: int) -> dict:
         """What a checkpoint holds: enough to resume exactly and to rebuild the model."""
         return {
-            "format": CHECKPOINT_FORMAT, "step": step, "model": self.model.state_dict(),
+            "format": CHECKPOINT_FORMAT,
+            "step": step,
+            "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-            "config": self.run.to_dict(), "bank_path": str(self.bank.path),
-            "max_len": self.max_len, "best_map": self.state.best_map,
-            "best_step": self.state.best_step, "val": self.state.last, "parameters": self.counts,
-        }  # fmt: skip
+            "config": self.run.to_dict(),
+            "bank_path": str(self.bank.path),
+            "max_len": self.max_len,
+            "best_map": self.state.best_map,
+            "best_step": self.state.best_step,
+            "val": self.state.last,
+            "parameters": self.counts,
+        }
 
     def save(self, step: int) -> None:
         """``step_XXXXXXX.pt``, and ``last.pt`` as the same file (rank 0 only)."""
@@ -177,10 +183,11 @@ class _Fit:
             "last": str(self.ckpt_dir / "last.pt"),
             "parameters": self.counts,
             "episodes_per_s": (done - self.start) * self.batch * world / seconds
-            if seconds else None,
+            if seconds
+            else None,
             "device": str(self.rt.device),
             "world_size": world,
-        }  # fmt: skip
+        }
         if self.rt.is_main:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
@@ -207,36 +214,53 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     own = run_dir / "checkpoints" / "last.pt"
     rerun = resume is None and own.is_file()
     if resume is not None or rerun:
-        start, state = _resume(own if rerun else resume, run, model, opt, scaler,
-                               rerun=rerun)  # fmt: skip
+        start, state = _resume(own if rerun else resume, run, model, opt, scaler, rerun=rerun)
     elif rt.is_main:
         _start_clean(run_dir)
     net = rt.wrap(model)
     if s.compile:
         net = torch.compile(net)
     max_len = concept_max_len(bank)
-    pool = EpisodeSampler(bank, split, "train", run.negatives, seed=run.seed,
-                          size=s.train_episodes)  # fmt: skip
+    pool = EpisodeSampler(bank, split, "train", run.negatives, seed=run.seed, size=s.train_episodes)
     workers = _loader_workers(run, renderer, rt)
     cache = None
     if s.render_cache is not None and start < s.steps:  # a finished run renders nothing
         with rt.main_first():  # rank 0 builds a missing cache, the others then read it
-            cache = open_render_cache(s.render_cache, bank, renderer, run.modality,
-                                      rebuild=s.render_cache_rebuild and rt.is_main,
-                                      progress=progress and rt.is_main)  # fmt: skip
-    loader = train_loader(run, rt, pool, batch, start=start, renderer=renderer, max_len=max_len,
-                          cache=cache)  # fmt: skip
+            cache = open_render_cache(
+                s.render_cache,
+                bank,
+                renderer,
+                run.modality,
+                rebuild=s.render_cache_rebuild and rt.is_main,
+                progress=progress and rt.is_main,
+            )
+    loader = train_loader(
+        run, rt, pool, batch, start=start, renderer=renderer, max_len=max_len, cache=cache
+    )
     fit = _Fit(
-        run=run, rt=rt, run_dir=run_dir, bank=bank, model=model, net=net, opt=opt,
-        scaler=scaler, loader=loader,
-        val=EpisodeSampler(bank, split, "val", run.negatives, seed=run.seed,
-                           size=s.val_episodes),
+        run=run,
+        rt=rt,
+        run_dir=run_dir,
+        bank=bank,
+        model=model,
+        net=net,
+        opt=opt,
+        scaler=scaler,
+        loader=loader,
+        val=EpisodeSampler(bank, split, "val", run.negatives, seed=run.seed, size=s.val_episodes),
         eval_set=EvalSet.from_bank(bank),
-        logger=MetricLogger(run_dir, enabled=rt.is_main,
-                            resume_step=None if resume is None and not rerun else start),
-        batch=batch, lr=lr, max_len=max_len, workers=workers,
-        counts=model.parameter_counts(), start=start, state=state, rerun=rerun,
-    )  # fmt: skip
+        logger=MetricLogger(
+            run_dir, enabled=rt.is_main, resume_step=None if resume is None and not rerun else start
+        ),
+        batch=batch,
+        lr=lr,
+        max_len=max_len,
+        workers=workers,
+        counts=model.parameter_counts(),
+        start=start,
+        state=state,
+        rerun=rerun,
+    )
     _log_start(fit, renderer)
     return fit
 
@@ -249,15 +273,17 @@ def _resume(resume, run: RunConfig, model, opt, scaler, *, rerun: bool) -> tuple
     Returns:
         ``(step, validation state)`` saved with it.
     """
-    ckpt, path = load_checkpoint(Path(resume) / "checkpoints" / "last.pt"
-                                 if Path(resume).is_dir() else resume)  # fmt: skip
+    ckpt, path = load_checkpoint(
+        Path(resume) / "checkpoints" / "last.pt" if Path(resume).is_dir() else resume
+    )
     try:
         check_resumable(RunConfig.from_mapping(ckpt["config"]), run, path)
     except ConfigError as e:
         if not rerun:
             raise
-        raise ConfigError(f"output_dir {path.parent.parent} already holds a run: {e} in "
-                          "another output_dir") from None  # fmt: skip
+        raise ConfigError(
+            f"output_dir {path.parent.parent} already holds a run: {e} in another output_dir"
+        ) from None
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])
     if ckpt.get("scaler"):
@@ -271,8 +297,11 @@ def _start_clean(run_dir: Path) -> None:
     """Before step 0 in a folder without a last checkpoint: drop the ``best.pt`` of an earlier
     attempt killed before it (its metrics go when the `MetricLogger` opens)."""
     if (run_dir / "metrics.jsonl").is_file():
-        log.info("%s: an earlier attempt stopped before its first checkpoint; starting clean "
-                 "(its metrics and TensorBoard events are replaced)", run_dir)  # fmt: skip
+        log.info(
+            "%s: an earlier attempt stopped before its first checkpoint; starting clean "
+            "(its metrics and TensorBoard events are replaced)",
+            run_dir,
+        )
     (run_dir / "checkpoints" / "best.pt").unlink(missing_ok=True)
 
 
@@ -280,9 +309,13 @@ def _finished(fit: _Fit) -> dict:
     """A run whose checkpoint has reached ``train.steps`` already: nothing to train. Returns
     the summary its folder holds (written anew if missing or if the run came from another
     folder's checkpoint)."""
-    log.info("%s: the run is finished (step %d, train.steps=%d); nothing to train. A larger "
-             "train.steps continues it; another output_dir trains a new one", fit.run_dir,
-             fit.start, fit.run.train.steps)  # fmt: skip
+    log.info(
+        "%s: the run is finished (step %d, train.steps=%d); nothing to train. A larger "
+        "train.steps continues it; another output_dir trains a new one",
+        fit.run_dir,
+        fit.start,
+        fit.run.train.steps,
+    )
     saved = fit.run_dir / "summary.json"
     if fit.rerun and saved.is_file():
         try:
@@ -299,9 +332,9 @@ def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
         return 0
     if rt.device.type == "cuda" and renderer.gpu_capable:
         log.warning(
-            "%s scenes render on the CPU in workers; modality.device=cuda renders them on the "
-            "GPU", renderer.name,
-        )  # fmt: skip
+            "%s scenes render on the CPU in workers; modality.device=cuda renders them on the GPU",
+            renderer.name,
+        )
     return run.train.num_workers
 
 
@@ -344,7 +377,7 @@ def train_loader(
             stop=run.train.steps,
             rank=rt.rank,
             world=rt.world_size,
-        ),  # fmt: skip
+        ),
         collate_fn=pass_batch,
         num_workers=run.train.num_workers,
         pin_memory=rt.device.type == "cuda",
@@ -360,10 +393,18 @@ def _log_start(fit: _Fit, renderer: Renderer) -> None:
     s, rt = fit.run.train, fit.rt
     log.info(
         "training %s/%s on %s (%d process(es)): %d steps from %d, %d episodes/step/process, "
-        "lr %g, alpha %g; parameters %s", renderer.name, fit.run.pooling["name"], rt.device,
-        rt.world_size, s.steps, fit.start, fit.batch, fit.lr, s.alpha,
+        "lr %g, alpha %g; parameters %s",
+        renderer.name,
+        fit.run.pooling["name"],
+        rt.device,
+        rt.world_size,
+        s.steps,
+        fit.start,
+        fit.batch,
+        fit.lr,
+        s.alpha,
         ", ".join(f"{k} {v:,}" for k, v in fit.counts.items()),
-    )  # fmt: skip
+    )
     if rt.is_main:  # at step 0: a resumed run's earlier part logged it already
         fit.logger.log(0, "params", fit.counts)
 
@@ -436,14 +477,16 @@ class _Window:
 
 
 def _log_train(fit: _Fit, window: _Window, out: ProtoOutput, done: int, bar) -> None:
-    vals = window.means(concept=out.concept_loss is not None,
-                        episodes_per_step=fit.batch * fit.rt.world_size)  # fmt: skip
+    vals = window.means(
+        concept=out.concept_loss is not None, episodes_per_step=fit.batch * fit.rt.world_size
+    )
     vals["lr"] = fit.lr
     fit.logger.log(done, "train", vals)
     bar.set_postfix(loss=f"{vals['loss']:.4f}")
     if not math.isfinite(vals["loss"]):
-        log.warning("step %d: loss is %s; lower train.lr or set train.grad_clip", done,
-                    vals["loss"])  # fmt: skip
+        log.warning(
+            "step %d: loss is %s; lower train.lr or set train.grad_clip", done, vals["loss"]
+        )
 
 
 def _run_steps(fit: _Fit, *, progress: bool) -> tuple[int, float]:
@@ -457,8 +500,9 @@ def _run_steps(fit: _Fit, *, progress: bool) -> tuple[int, float]:
 
     s, done = fit.run.train, fit.start
     window = _Window()
-    bar = tqdm(total=s.steps, initial=fit.start, desc="train",
-               disable=not progress or not fit.rt.is_main)  # fmt: skip
+    bar = tqdm(
+        total=s.steps, initial=fit.start, desc="train", disable=not progress or not fit.rt.is_main
+    )
     try:
         for step, cpu_batch in zip(range(fit.start, s.steps), fit.loader, strict=True):
             out, grad_norm = _train_step(fit, cpu_batch, step)
@@ -485,10 +529,17 @@ def _validate(fit: _Fit, done: int) -> None:
     fit.rt.broadcast_buffers(fit.model)  # every process validates rank 0's model
     s = fit.run.train
     val = evaluate_episodes(
-        fit.model, fit.val, fit.run.modality, device=fit.rt.device,
-        batch_size=s.eval_batch_size or fit.batch, num_workers=fit.workers, chunk=s.eval_chunk,
-        max_len=fit.max_len, eval_set=fit.eval_set, amp_dtype=fit.rt.amp_dtype,
-    )  # fmt: skip
+        fit.model,
+        fit.val,
+        fit.run.modality,
+        device=fit.rt.device,
+        batch_size=s.eval_batch_size or fit.batch,
+        num_workers=fit.workers,
+        chunk=s.eval_chunk,
+        max_len=fit.max_len,
+        eval_set=fit.eval_set,
+        amp_dtype=fit.rt.amp_dtype,
+    )
     fit.state.last = val
     fit.logger.log(done, "val", val)
     log.info("step %d: val mAP %.4f CBA %.4f", done, val["map"], val["cba"])

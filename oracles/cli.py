@@ -28,8 +28,11 @@ def gap(cfg: DictConfig) -> None:
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seed)  # before building a bank
     bank = open_bank_from_config(cfg)
     one = cfg.get("split")  # split=NAME or split=FILE.json: that split instead of splits
-    splits = [OmegaConf.to_container(one, resolve=True)] if one is not None else (
-        OmegaConf.to_container(cfg.splits, resolve=True))  # fmt: skip
+    splits = (
+        [OmegaConf.to_container(one, resolve=True)]
+        if one is not None
+        else (OmegaConf.to_container(cfg.splits, resolve=True))
+    )
     negatives = OmegaConf.to_container(cfg.negatives, resolve=True)
     rows = compositionality_gap(
         bank,
@@ -60,8 +63,10 @@ def score(cfg: DictConfig) -> None:
     """Score a model's predictions on a rule-query task set (accuracy, consistency)."""
     from curi.oracles.rule_scores import markdown, read_predictions, read_tasks, score_predictions
 
-    for key, what in (("tasks", "the task set (tasks.jsonl of `curi rules`)"),
-                      ("predictions", "the predictions, one per request")):  # fmt: skip
+    for key, what in (
+        ("tasks", "the task set (tasks.jsonl of `curi rules`)"),
+        ("predictions", "the predictions, one per request"),
+    ):
         if OmegaConf.is_missing(cfg, key) or not cfg[key]:
             raise ConfigError(
                 f"{key}= is required: {what} (`curi score tasks=OUT/tasks.jsonl predictions=FILE`)"

@@ -86,8 +86,9 @@ def _minimal_contradiction(full, sets, monotonic, e: tuple, f: int) -> bool:
     return implies_m(e) and not any(implies_m(sub) for sub in _proper(e))
 
 
-def consistency_counts(worlds: Sequence[int], replies: Sequence[str],
-                       qualifiers: Sequence[str], *, sizes=(2, 3)) -> tuple[int, int]:  # fmt: skip
+def consistency_counts(
+    worlds: Sequence[int], replies: Sequence[str], qualifiers: Sequence[str], *, sizes=(2, 3)
+) -> tuple[int, int]:
     """(|impl|, |cont|) of one task's replies: the sets of `sizes` replies that contain a
     minimal implication, and those that contain a minimal contradiction (eqs. 24-25).
 

@@ -118,8 +118,9 @@ def divergence_curve(
         for s in splits:
             s.save(Path(split_dir) / f"{s.name}.json", bank)
     names = [s for s in PAPER_SPLITS if paper_splits]
-    rows = compositionality_gap(bank, [*splits, *names], negatives, episodes=episodes,
-                                workers=workers, progress=progress)  # fmt: skip
+    rows = compositionality_gap(
+        bank, [*splits, *names], negatives, episodes=episodes, workers=workers, progress=progress
+    )
     for r in rows:
         kind, t, seed = kinds.get(r["split"], ("paper", None, None))
         r.update(kind=kind, target_dc=t, seed=seed)
@@ -167,22 +168,39 @@ def markdown(result: dict) -> str:
     for neg in sorted({r["negatives"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["negatives"] == neg]
         mcd = [r for r in rows if r["kind"] == "mcd"]
-        lines += [f"\n## {neg} negatives\n", "| split | target D_C | D_C | D_A | mAP gap | CBA gap "
-                  "| model mAP |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"\n## {neg} negatives\n",
+            "| split | target D_C | D_C | D_A | mAP gap | CBA gap | model mAP |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in sorted(rows, key=lambda r: (r["kind"] != "mcd", r.get("d_compound") or 0)):
-            cells = [r["split"], "max" if r["kind"] == "mcd" and r["target_dc"] is None else
-                     ("" if r["target_dc"] is None else f"{r['target_dc']:.1f}")]  # fmt: skip
+            cells = [
+                r["split"],
+                "max"
+                if r["kind"] == "mcd" and r["target_dc"] is None
+                else ("" if r["target_dc"] is None else f"{r['target_dc']:.1f}"),
+            ]
             for k in ("d_compound", "d_atom", "map_gap", "cba_gap", "model_map"):
                 cells.append("" if r.get(k) is None else f"{r[k]:.3f}")
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "Per target (mean ± sd over seeds):", "",
-                  "| D_C | mAP gap | CBA gap | n |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "Per target (mean ± sd over seeds):",
+            "",
+            "| D_C | mAP gap | CBA gap | n |",
+            "|---|---|---|---|",
+        ]
         for (x, _, m, ms, n), (_, _, c, cs, _) in zip(
             _binned(mcd, "map_gap"), _binned(mcd, "cba_gap"), strict=False
         ):
             lines.append(f"| {x:.3f} | {m:.3f} ± {ms:.3f} | {c:.3f} ± {cs:.3f} | {n} |")
-    lines += ["", "## Correlation with D_C", "", "| negatives/metric/points | Pearson r | "
-              "Spearman rho | n |", "|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Correlation with D_C",
+        "",
+        "| negatives/metric/points | Pearson r | Spearman rho | n |",
+        "|---|---|---|---|",
+    ]
     for key, c in result["correlations"].items():
         f = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
         lines.append(f"| {key} | {f(c['pearson'])} | {f(c['spearman'])} | {c['n']} |")
@@ -203,8 +221,9 @@ def plot(result: dict, path: Path) -> None:
     rows = result["rows"]
     negs = sorted({r["negatives"] for r in rows})
     metrics = [*METRICS] + (["model_map"] if any("model_map" in r for r in rows) else [])
-    fig, axes = plt.subplots(len(negs), len(metrics), figsize=(5.2 * len(metrics),
-                             3.8 * len(negs)), squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(negs), len(metrics), figsize=(5.2 * len(metrics), 3.8 * len(negs)), squeeze=False
+    )
     for i, neg in enumerate(negs):
         for j, metric in enumerate(metrics):
             ax = axes[i, j]
@@ -220,12 +239,18 @@ def plot(result: dict, path: Path) -> None:
                     and r.get("d_compound") is not None
                 ):
                     ax.plot(r["d_compound"], r[metric], "s", color="#ef8636")
-                    ax.annotate(r["split"], (r["d_compound"], r[metric]), fontsize=7,
-                                xytext=(3, 3), textcoords="offset points")  # fmt: skip
+                    ax.annotate(
+                        r["split"],
+                        (r["d_compound"], r[metric]),
+                        fontsize=7,
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                    )
             c = result["correlations"].get(f"{neg}/{metric}/mcd", {})
             if c.get("pearson") is not None:
-                ax.set_title(f"{metric}, {neg}: r={c['pearson']:.2f} rho={c['spearman']:.2f}",
-                             fontsize=9)  # fmt: skip
+                ax.set_title(
+                    f"{metric}, {neg}: r={c['pearson']:.2f} rho={c['spearman']:.2f}", fontsize=9
+                )
             else:
                 ax.set_title(f"{metric}, {neg}", fontsize=9)
             ax.set_xlabel("compound divergence D_C (DBCA)")

@@ -103,13 +103,17 @@ def oracle_outcomes(
     Returns:
         ``{"concept": (C,), "ap": (C,), "cba": (C,)}``.
     """
-    episodes = validate.integer(episodes, "episodes_per_concept", low=1,
-                                high=MAX_EPISODES_PER_CONCEPT)  # fmt: skip
+    episodes = validate.integer(
+        episodes, "episodes_per_concept", low=1, high=MAX_EPISODES_PER_CONCEPT
+    )
     concepts = np.asarray(split.test if concepts is None else concepts, np.int64)
     ev = eval_set if eval_set is not None else EvalSet.from_bank(bank)
     kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
-    weak = Oracle.strong(bank, **kw) if len(split.train) == len(bank) else Oracle.weak(
-        bank, split, **kw)  # fmt: skip
+    weak = (
+        Oracle.strong(bank, **kw)
+        if len(split.train) == len(bank)
+        else Oracle.weak(bank, split, **kw)
+    )
     groups = np.asarray(bank.groups)
     ap, cba = np.zeros(len(concepts)), np.zeros(len(concepts))
     for j, h in enumerate(concepts.tolist()):
@@ -170,11 +174,17 @@ def auc_table(
         for p in predictors:
             e = np.array([r[p] for r in rows])[m]
             rho = stats.spearmanr(e, o).statistic if np.ptp(e) > 0 and np.ptp(o) > 0 else np.nan
-            out.append({
-                "scope": scope, "predictor": p, "n": int(m.sum()), "easy": float(y.mean()),
-                "auc": roc_auc(e, y), "auc_length_stratified": stratified_auc(e, y, length),
-                "spearman": float(rho),
-            })  # fmt: skip
+            out.append(
+                {
+                    "scope": scope,
+                    "predictor": p,
+                    "n": int(m.sum()),
+                    "easy": float(y.mean()),
+                    "auc": roc_auc(e, y),
+                    "auc_length_stratified": stratified_auc(e, y, length),
+                    "spearman": float(rho),
+                }
+            )
     return out
 
 

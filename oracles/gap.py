@@ -200,8 +200,9 @@ def compositionality_gap(
         negatives = [negatives]
     splits, negatives = list(splits), list(negatives)
     if not splits or not negatives:  # else an empty table, after the evaluation set is built
-        raise ConfigError(f"give at least one split and one kind of negatives, got {splits} "
-                          f"and {negatives}")  # fmt: skip
+        raise ConfigError(
+            f"give at least one split and one kind of negatives, got {splits} and {negatives}"
+        )
     for neg in negatives:
         validate.choice(neg, "negatives", NEGATIVES)
     resolved = {}
@@ -269,9 +270,13 @@ def _collect(results, total: int, progress: bool) -> list[dict]:
     for row in tqdm(results, total=total, desc="gap", unit="job", disable=not progress):
         log.info(
             "%s/%s: mAP strong %.3f weak %.3f gap %.3f (%.0f s)",
-            row["split"], row["negatives"], row["map_strong"], row["map_weak"], row["map_gap"],
+            row["split"],
+            row["negatives"],
+            row["map_strong"],
+            row["map_weak"],
+            row["map_gap"],
             row["seconds"],
-        )  # fmt: skip
+        )
         rows.append(row)
     return rows
 
@@ -294,6 +299,8 @@ def _add_divergences(bank, splits: dict, rows: list[dict], seed: int) -> None:
         if d is None:
             continue
         row.update(
-            d_atom=d.atom, d_compound=d.compound, d_atom_random=base.atom,
+            d_atom=d.atom,
+            d_compound=d.compound,
+            d_atom_random=base.atom,
             d_compound_random=base.compound,
-        )  # fmt: skip
+        )

@@ -80,8 +80,9 @@ def model_predictions(
     for i in tqdm(range(episodes), desc="score", disable=not progress):
         e = sampler[i]
         support, labels = render(e.support_records()), e.support_labels.copy()
-        q_scores[i] = _as_scores(predict(support, labels, render(e.query_records())),
-                                 q_scores.shape[1], "query")  # fmt: skip
+        q_scores[i] = _as_scores(
+            predict(support, labels, render(e.query_records())), q_scores.shape[1], "query"
+        )
         e_scores[i] = _as_scores(predict(support, labels, eval_inputs), len(ev), "evaluation")
     return {"query_scores": q_scores, "eval_scores": e_scores, "index": np.arange(episodes)}
 
@@ -144,22 +145,32 @@ def score_predictions(
     ap = average_precision_batch(m, unpack_rows(ev.rows[concepts], len(ev)))  # (E,)
     cba = class_balanced_accuracy_batch(q, q_labels, threshold=threshold)
     row = {
-        "split": sp.name, "subset": subset, "negatives": negatives, "episodes": len(q),
-        "map": float(np.nanmean(ap)), "cba": float(np.nanmean(cba)),
+        "split": sp.name,
+        "subset": subset,
+        "negatives": negatives,
+        "episodes": len(q),
+        "map": float(np.nanmean(ap)),
+        "cba": float(np.nanmean(cba)),
         "cba_pooled": pooled_class_balanced_accuracy(q, q_labels, threshold=threshold),
-    }  # fmt: skip
+    }
     if oracles and subset == "test":
-        orc = score_split(bank, sp, negatives, ev, episodes=len(q), prior=prior,
-                          likelihood=likelihood, seed=seed)  # fmt: skip
+        orc = score_split(
+            bank, sp, negatives, ev, episodes=len(q), prior=prior, likelihood=likelihood, seed=seed
+        )
         row.update({k: v for k, v in orc.items() if k.startswith(("map_", "cba_"))})
     per = []
     for h in np.unique(concepts):
         sel = concepts == h
-        per.append({
-            "split": sp.name, "concept": int(h), "concept_text": bank.concepts[h],
-            "episodes": int(sel.sum()), "map": float(np.nanmean(ap[sel])),
-            "cba": float(np.nanmean(cba[sel])),
-        })  # fmt: skip
+        per.append(
+            {
+                "split": sp.name,
+                "concept": int(h),
+                "concept_text": bank.concepts[h],
+                "episodes": int(sel.sum()),
+                "map": float(np.nanmean(ap[sel])),
+                "cba": float(np.nanmean(cba[sel])),
+            }
+        )
     return {"split": [row], "concepts": per}
 
 
@@ -189,11 +200,18 @@ def score_model(
     for s in splits:
         sp = s if isinstance(s, Split) else make_split(bank, s)
         kw = {"subset": subset, "negatives": negatives, "seed": seed}
-        pred = model_predictions(predict, bank, sp, episodes=episodes, render=render,
-                                 progress=progress, **kw)  # fmt: skip
-        got = score_predictions(bank, sp, query_scores=pred["query_scores"],
-                                eval_scores=pred["eval_scores"], threshold=threshold,
-                                oracles=oracles, **kw)  # fmt: skip
+        pred = model_predictions(
+            predict, bank, sp, episodes=episodes, render=render, progress=progress, **kw
+        )
+        got = score_predictions(
+            bank,
+            sp,
+            query_scores=pred["query_scores"],
+            eval_scores=pred["eval_scores"],
+            threshold=threshold,
+            oracles=oracles,
+            **kw,
+        )
         out["splits"] += got["split"]
         out["concepts"] += got["concepts"]
     return out

@@ -70,14 +70,28 @@ def gap_figure(rows: list[dict], title: str | None = None):
                 cols = (0, 1) if metric == "map" else (3, 4)
                 for dx, c, label in ((-0.2, cols[0], "paper's oracles"), (0.2, cols[1], None)):
                     ys = [PAPER_GAP[sub[k]["split"]][c] for k in in_paper]
-                    ax.plot(x[in_paper] + dx, ys, "D", ms=5, mfc="white", mec="black", ls="none",
-                            label=label)  # fmt: skip
+                    ax.plot(
+                        x[in_paper] + dx,
+                        ys,
+                        "D",
+                        ms=5,
+                        mfc="white",
+                        mec="black",
+                        ls="none",
+                        label=label,
+                    )
                     top[in_paper] = np.maximum(top[in_paper], ys)
             for xi, s, w, t in zip(x, strong, weak, top, strict=True):
-                ax.annotate(f"{s - w:.2f}", (xi, t), xytext=(0, 5), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=8,
-                            bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none",
-                                  "alpha": 0.8})  # fmt: skip
+                ax.annotate(
+                    f"{s - w:.2f}",
+                    (xi, t),
+                    xytext=(0, 5),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+                )
             ax.set_xticks(x, [r["split"] for r in sub], rotation=35, ha="right", fontsize=8)
             ax.set_ylim(0, 1.2)
             name = "mAP" if metric == "map" else "class-balanced accuracy"

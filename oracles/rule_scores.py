@@ -44,8 +44,9 @@ def read_tasks(path: str | Path) -> list[dict]:
         try:
             t = json.loads(line)
             ok = isinstance(t, dict) and all(k in t for k in ("requests", "worlds"))
-            ok = ok and all(r["reply"] in REPLIES and r["qualifier"] in QUALIFIERS
-                            for r in t["requests"])  # fmt: skip
+            ok = ok and all(
+                r["reply"] in REPLIES and r["qualifier"] in QUALIFIERS for r in t["requests"]
+            )
         except (json.JSONDecodeError, TypeError, KeyError):
             ok = False
         if not ok:
@@ -66,8 +67,10 @@ def _parse(value, where: str) -> tuple[str, str]:
                 return _parse(value[key], where)
         if "reply" in value and "qualifier" in value:
             return _parse(f"{value['reply']} {value['qualifier']}", where)
-        raise PredictionsError(f"{where}: expected a 'prediction' (\"1 M\") or 'reply' and "
-                               f"'qualifier' fields, got keys {sorted(value)[:8]}")  # fmt: skip
+        raise PredictionsError(
+            f"{where}: expected a 'prediction' (\"1 M\") or 'reply' and "
+            f"'qualifier' fields, got keys {sorted(value)[:8]}"
+        )
     if not isinstance(value, str):
         raise PredictionsError(f'{where}: expected text such as "1 M", got {value!r:.60}')
     tokens = value.split()
@@ -96,8 +99,9 @@ def read_predictions(path: str | Path, tasks: Sequence[dict]) -> list[tuple[str,
             unknown reply or qualifier token, or a ``task`` / ``request`` that does not match.
     """
     path = Path(path)
-    expected = [(t.get("index", k), j) for k, t in enumerate(tasks)
-                for j in range(len(t["requests"]))]  # fmt: skip
+    expected = [
+        (t.get("index", k), j) for k, t in enumerate(tasks) for j in range(len(t["requests"]))
+    ]
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -122,8 +126,10 @@ def read_predictions(path: str | Path, tasks: Sequence[dict]) -> list[tuple[str,
                 value = json.loads(line)
             except json.JSONDecodeError as e:
                 raise PredictionsError(f"{where} is not valid JSON ({e.msg})") from None
-            if isinstance(value, dict) and (value.get("task", task), value.get(
-                    "request", req)) != (task, req):  # fmt: skip
+            if isinstance(value, dict) and (value.get("task", task), value.get("request", req)) != (
+                task,
+                req,
+            ):
                 raise PredictionsError(
                     f"{where} is for task {value.get('task')} request {value.get('request')}, "
                     f"expected task {task} request {req} (keep the order of the text rows)"
@@ -137,8 +143,12 @@ def _accuracy(gold, pred) -> dict:
     exact = sum(g == p for g, p in zip(gold, pred, strict=True))
     reply = sum(g[0] == p[0] for g, p in zip(gold, pred, strict=True))
     qual = sum(g[1] == p[1] for g, p in zip(gold, pred, strict=True))
-    return {"exact": 100.0 * exact / n, "reply": 100.0 * reply / n,
-            "qualifier": 100.0 * qual / n, "count": n}  # fmt: skip
+    return {
+        "exact": 100.0 * exact / n,
+        "reply": 100.0 * reply / n,
+        "qualifier": 100.0 * qual / n,
+        "count": n,
+    }
 
 
 def _consistency(tasks, pred) -> dict:
@@ -148,8 +158,12 @@ def _consistency(tasks, pred) -> dict:
         at += len(t["requests"])
         i, c = consistency_counts(t["worlds"], [r for r, _ in p], [q for _, q in p])
         impl, cont, defined = impl + i, cont + c, defined + bool(i + c)
-    return {"consistency": consistency(impl, cont), "implications": impl,
-            "contradictions": cont, "tasks_defined": defined}  # fmt: skip
+    return {
+        "consistency": consistency(impl, cont),
+        "implications": impl,
+        "contradictions": cont,
+        "tasks_defined": defined,
+    }
 
 
 def _summary(tasks, gold, pred, kinds, labels) -> dict:
@@ -188,17 +202,21 @@ def score_predictions(tasks: Sequence[dict], predictions: Sequence[tuple[str, st
     gold = [(r["reply"], r["qualifier"]) for r in reqs]
     kinds = [r["kind"] for r in reqs]
     labels = [r.get("label") for r in reqs]
-    prior = {k: Counter(g for g, x in zip(gold, kinds, strict=True) if x == k).most_common(1)[0][0]
-             for k in set(kinds)}  # fmt: skip
+    prior = {
+        k: Counter(g for g, x in zip(gold, kinds, strict=True) if x == k).most_common(1)[0][0]
+        for k in set(kinds)
+    }
     baseline = [prior[k] for k in kinds]
     return {
         "tasks": len(tasks),
         "requests": len(reqs),
         "model": _summary(tasks, gold, list(predictions), kinds, labels),
-        "baseline": {**_summary(tasks, gold, baseline, kinds, labels),
-                     "classes": {k: " ".join(v) for k, v in sorted(prior.items())}},
+        "baseline": {
+            **_summary(tasks, gold, baseline, kinds, labels),
+            "classes": {k: " ".join(v) for k, v in sorted(prior.items())},
+        },
         "oracle": _summary(tasks, gold, gold, kinds, labels),
-    }  # fmt: skip
+    }
 
 
 def _fmt(x: float) -> str:
@@ -207,12 +225,16 @@ def _fmt(x: float) -> str:
 
 def markdown(scores: dict) -> str:
     """The three summaries as a small markdown table."""
-    lines = ["| who | exact | reply | qualifier | consistency | impl / cont |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| who | exact | reply | qualifier | consistency | impl / cont |",
+        "|---|---|---|---|---|---|",
+    ]
     for who in ("model", "baseline", "oracle"):
         s = scores[who]
         a = s["accuracy"]
-        lines.append(f"| {who} | {_fmt(a['exact'])} | {_fmt(a['reply'])} | "
-                     f"{_fmt(a['qualifier'])} | {_fmt(s['consistency'])} | "
-                     f"{s['implications']} / {s['contradictions']} |")  # fmt: skip
+        lines.append(
+            f"| {who} | {_fmt(a['exact'])} | {_fmt(a['reply'])} | "
+            f"{_fmt(a['qualifier'])} | {_fmt(s['consistency'])} | "
+            f"{s['implications']} / {s['contradictions']} |"
+        )
     return "\n".join(lines)

@@ -84,8 +84,14 @@ class Packed:
             cols["x"], cols["y"] = self.x[i, k].tolist(), self.y[i, k].tolist()
             cols["position"] = self.position[i, k].tolist()
             cols["rotation"] = self.rotation[i, k].tolist()
-            out.append({"objects": [dict(zip(cols, vals, strict=True))
-                                    for vals in zip(*cols.values(), strict=True)]})  # fmt: skip
+            out.append(
+                {
+                    "objects": [
+                        dict(zip(cols, vals, strict=True))
+                        for vals in zip(*cols.values(), strict=True)
+                    ]
+                }
+            )
         return out
 
 

@@ -614,10 +614,14 @@ def _png_file(rows: np.ndarray, channels: int) -> bytes:
     rows (H, 1 + W C) (`_png_scanlines`), deflated at `PNG_LEVEL`."""
     h, w = rows.shape[0], (rows.shape[1] - 1) // channels
     header = struct.pack(">IIBBBBB", w, h, 8, _PNG_COLOR[channels], 0, 0, 0)
-    return b"".join((
-        b"\x89PNG\r\n\x1a\n", _png_chunk(b"IHDR", header),
-        _png_chunk(b"IDAT", zlib.compress(rows, PNG_LEVEL)), _png_chunk(b"IEND", b""),
-    ))  # fmt: skip
+    return b"".join(
+        (
+            b"\x89PNG\r\n\x1a\n",
+            _png_chunk(b"IHDR", header),
+            _png_chunk(b"IDAT", zlib.compress(rows, PNG_LEVEL)),
+            _png_chunk(b"IEND", b""),
+        )
+    )
 
 
 def _hwc(image: np.ndarray | torch.Tensor) -> np.ndarray:

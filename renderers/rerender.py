@@ -124,10 +124,13 @@ def _metadata_rows(ep: dict, episode: int, folder: str, names: list[str], suffix
     rows = []
     for i, name in enumerate(names):
         row = {
-            "file_name": f"{folder}/{name}{suffix}", "episode": episode,
-            "set": "support" if i < ns else "query", "label": int(labels[i]),
-            "scene_id": int(ids[i]) if ids else None, "concept_text": ep["concept_text"],
-        }  # fmt: skip
+            "file_name": f"{folder}/{name}{suffix}",
+            "episode": episode,
+            "set": "support" if i < ns else "query",
+            "label": int(labels[i]),
+            "scene_id": int(ids[i]) if ids else None,
+            "concept_text": ep["concept_text"],
+        }
         rows.append(json.dumps(row) + "\n")
     return "".join(rows)
 
@@ -368,7 +371,11 @@ def _render_episode(renderer: Renderer, path: Path, out: Path, k: int, ep: dict,
         npz[f"support{suffix}"], npz[f"query{suffix}"] = a[:ns], a[ns:]
     _save_npz(out / f"{stem}.npz", npz)
     index = ep.get("index", k)
-    entry = {"index": index, "concept_text": ep["concept_text"], "npz": f"{stem}.npz",
-             "files": f"{stem}/" if with_files else None}  # fmt: skip
+    entry = {
+        "index": index,
+        "concept_text": ep["concept_text"],
+        "npz": f"{stem}.npz",
+        "files": f"{stem}/" if with_files else None,
+    }
     rows = _metadata_rows(ep, index, stem, names, renderer.file_suffix) if with_files else ""
     return entry, rows

@@ -71,13 +71,24 @@ def rules(cfg: DictConfig) -> None:
 
     split = split_from_config(bank, cfg)
     sampler = RuleTaskSampler(
-        bank, split, cfg.subset, negatives=cfg.negatives, seed=cfg.seed,
-        hypotheses=cfg.hypotheses, theta=cfg.theta, rule_rate=cfg.rule_rate,
-        kinds=list(cfg.kinds), scene_requests=cfg.scene_requests,
-        rules_per_kind=cfg.rules_per_kind, context_rules=cfg.context_rules,
-        candidates=cfg.candidates, rules=user_rules, prior=cfg.prior,
-        likelihood=cfg.likelihood, size=max(n, 1),
-    )  # fmt: skip
+        bank,
+        split,
+        cfg.subset,
+        negatives=cfg.negatives,
+        seed=cfg.seed,
+        hypotheses=cfg.hypotheses,
+        theta=cfg.theta,
+        rule_rate=cfg.rule_rate,
+        kinds=list(cfg.kinds),
+        scene_requests=cfg.scene_requests,
+        rules_per_kind=cfg.rules_per_kind,
+        context_rules=cfg.context_rules,
+        candidates=cfg.candidates,
+        rules=user_rules,
+        prior=cfg.prior,
+        likelihood=cfg.likelihood,
+        size=max(n, 1),
+    )
     paths = export_rule_tasks(sampler, Path(cfg.out), n=n, progress=cfg.progress)
     mix = json.loads(paths["mix"].read_text(encoding="utf-8"))
     print(format_mix(mix))

@@ -42,10 +42,15 @@ def _encode_packed(p: Packed, camera: Camera) -> tuple[np.ndarray, np.ndarray]:
     dist = math.dist(camera.position, camera.target)
     rad = np.radians(p.rotation[b, k])
     feats[b, k, _OFF_POS:] = np.stack(
-        [proj[:, 0] / camera.width, proj[:, 1] / camera.height, proj[:, 2] / dist,
-         np.sin(rad), np.cos(rad)],
+        [
+            proj[:, 0] / camera.width,
+            proj[:, 1] / camera.height,
+            proj[:, 2] / dist,
+            np.sin(rad),
+            np.cos(rad),
+        ],
         axis=-1,
-    )  # fmt: skip
+    )
     return feats, p.valid.copy()
 
 

@@ -58,28 +58,38 @@ class Instrument:
 
 INSTRUMENTS: dict[str, Instrument] = {
     # Brass: many strong harmonics peaking at the 3rd, quick attack, slight vibrato.
-    "gray": Instrument("trumpet", (0.55, 0.85, 1, 0.95, 0.8, 0.65, 0.5, 0.38, 0.28, 0.2, 0.14),
-                       0.04, 5.0, 0.003),
+    "gray": Instrument(
+        "trumpet", (0.55, 0.85, 1, 0.95, 0.8, 0.65, 0.5, 0.38, 0.28, 0.2, 0.14), 0.04, 5.0, 0.003
+    ),
     # Cylindrical bore: odd harmonics dominate.
-    "red": Instrument("clarinet", (1, 0.04, 0.75, 0.04, 0.5, 0.03, 0.32, 0.02, 0.18, 0.01, 0.1),
-                      0.03),
+    "red": Instrument(
+        "clarinet", (1, 0.04, 0.75, 0.04, 0.5, 0.03, 0.32, 0.02, 0.18, 0.01, 0.1), 0.03
+    ),
     # Bowed string: bright, a strong 2nd partial and a long tail; slow attack, clear vibrato.
-    "blue": Instrument("violin", (0.7, 1, 0.75, 0.45, 0.6, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2),
-                       0.09, 5.5, 0.008),
+    "blue": Instrument(
+        "violin", (0.7, 1, 0.75, 0.45, 0.6, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2), 0.09, 5.5, 0.008
+    ),
     # Nearly sinusoidal, gentle vibrato.
     "green": Instrument("flute", (1, 0.1, 0.03), 0.06, 4.5, 0.004),
     # Double reed: nasal, second and third harmonics above the fundamental.
-    "brown": Instrument("oboe", (0.5, 1, 0.85, 0.55, 0.35, 0.25, 0.15, 0.1, 0.06), 0.03, 5.0,
-                        0.003),
+    "brown": Instrument(
+        "oboe", (0.5, 1, 0.85, 0.55, 0.35, 0.25, 0.15, 0.1, 0.06), 0.03, 5.0, 0.003
+    ),
     # Conical reed: strong fundamental, a dip at the 2nd, a reedy band at 3-4 and 6-7.
-    "purple": Instrument("saxophone", (1, 0.3, 0.6, 0.55, 0.2, 0.4, 0.35, 0.1, 0.08),
-                         0.04, 5.0, 0.005),
+    "purple": Instrument(
+        "saxophone", (1, 0.3, 0.6, 0.55, 0.2, 0.4, 0.35, 0.1, 0.08), 0.04, 5.0, 0.005
+    ),
     # Mellow brass: a strong 2nd harmonic, few above, soft attack.
     "cyan": Instrument("french horn", (1, 0.75, 0.35, 0.12, 0.05), 0.08),
     # Plucked string: instant attack decaying to a low sustain.
-    "yellow": Instrument("guitar", (1, 0.7, 0.5, 0.42, 0.3, 0.25, 0.18, 0.12, 0.08, 0.05),
-                         0.004, pluck_sustain=0.3, pluck_tau=0.12),
-}  # fmt: skip
+    "yellow": Instrument(
+        "guitar",
+        (1, 0.7, 0.5, 0.42, 0.3, 0.25, 0.18, 0.12, 0.08, 0.05),
+        0.004,
+        pluck_sustain=0.3,
+        pluck_tau=0.12,
+    ),
+}
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ __all__ = ["TextFormatError", "TextRenderer", "parse_input", "scene_text"]
 
 _KINDS = ("implies", "equals", "excludes")
 # one clause per (size, colour, material, shape): "small red rubber cube"
-_CLAUSE = [[[[f"{z} {c} {m} {s}" for s in SHAPES] for m in MATERIALS] for c in COLORS]
-           for z in SIZES]  # fmt: skip
+_CLAUSE = [
+    [[[f"{z} {c} {m} {s}" for s in SHAPES] for m in MATERIALS] for c in COLORS] for z in SIZES
+]
 _AT = [[f" at ({x}, {y})" for y in range(9)] for x in range(9)]
 _OBJECT = re.compile(r"(\w+) (\w+) (\w+) (\w+) at \((\d), (\d)\)")
 
@@ -73,8 +74,9 @@ class TextRenderer:
         props = self._props[ids].tolist()
         out = []
         for n, objs in zip(counts, props, strict=True):
-            out.append("; ".join(_CLAUSE[o[3]][o[1]][o[2]][o[0]] + _AT[o[4]][o[5]]
-                                 for o in objs[:n]))  # fmt: skip
+            out.append(
+                "; ".join(_CLAUSE[o[3]][o[1]][o[2]][o[0]] + _AT[o[4]][o[5]] for o in objs[:n])
+            )
         return out
 
     def context(self, task: dict, support: Sequence[str] | None = None) -> list[str]:
@@ -83,13 +85,19 @@ class TextRenderer:
         `support`: the support scenes' text, when already rendered (e.g. from records)."""
         if support is None:
             support = self.scenes([e["id"] for e in task["support"]])
-        lines = [f"example: {s} => {e['label']}"
-                 for s, e in zip(support, task["support"], strict=True)]  # fmt: skip
+        lines = [
+            f"example: {s} => {e['label']}" for s, e in zip(support, task["support"], strict=True)
+        ]
         lines += [f"rule: {r['kind']} {r['rule']} => 1" for r in task["context_rules"]]
         return lines
 
-    def rows(self, task: dict, *, support: Sequence[str] | None = None,
-             scenes: dict[int, str] | None = None) -> list[dict]:  # fmt: skip
+    def rows(
+        self,
+        task: dict,
+        *,
+        support: Sequence[str] | None = None,
+        scenes: dict[int, str] | None = None,
+    ) -> list[dict]:
         """One row per request of a task: ``input`` (context, then ``request: ...``),
         ``target`` (``"reply qualifier"``) and the structured fields beside them.
 
@@ -106,20 +114,22 @@ class TextRenderer:
         for j, r in enumerate(task["requests"]):
             is_scene = r["kind"] == "scene"
             ask = f"scene: {scenes[r['id']]}" if is_scene else f"{r['kind']} {r['rule']}"
-            out.append({
-                "input": f"{head}request: {ask}",
-                "target": f"{r['reply']} {r['qualifier']}",
-                "task": task.get("index"),
-                "request": j,
-                "concept": task["concept"],
-                "kind": r["kind"],
-                "rule": None if is_scene else r["rule"],
-                "scene": r["id"] if is_scene else None,
-                "label": r.get("label"),
-                "reply": r["reply"],
-                "qualifier": r["qualifier"],
-                "context_rules": len(task["context_rules"]),
-            })  # fmt: skip
+            out.append(
+                {
+                    "input": f"{head}request: {ask}",
+                    "target": f"{r['reply']} {r['qualifier']}",
+                    "task": task.get("index"),
+                    "request": j,
+                    "concept": task["concept"],
+                    "kind": r["kind"],
+                    "rule": None if is_scene else r["rule"],
+                    "scene": r["id"] if is_scene else None,
+                    "label": r.get("label"),
+                    "reply": r["reply"],
+                    "qualifier": r["qualifier"],
+                    "context_rules": len(task["context_rules"]),
+                }
+            )
         return out
 
 
@@ -169,9 +179,22 @@ def _objects(scene: str, line: int) -> list[dict]:
     objs = []
     for clause in scene.split("; "):
         m = _OBJECT.fullmatch(clause)
-        if m is None or m[1] not in SIZES or m[2] not in COLORS or m[3] not in MATERIALS \
-                or m[4] not in SHAPES:  # fmt: skip
+        if (
+            m is None
+            or m[1] not in SIZES
+            or m[2] not in COLORS
+            or m[3] not in MATERIALS
+            or m[4] not in SHAPES
+        ):
             raise TextFormatError(f"line {line}: {clause[:60]!r} is not an object clause")
-        objs.append({"size": m[1], "color": m[2], "material": m[3], "shape": m[4],
-                     "x": int(m[5]), "y": int(m[6])})  # fmt: skip
+        objs.append(
+            {
+                "size": m[1],
+                "color": m[2],
+                "material": m[3],
+                "shape": m[4],
+                "x": int(m[5]),
+                "y": int(m[6]),
+            }
+        )
     return objs

@@ -21,10 +21,19 @@ log = logging.getLogger(__name__)
 
 #: Columns of a text row and their types (pyarrow names); None where a field does not apply.
 ROW_SCHEMA = {
-    "input": "string", "target": "string", "task": "int64", "request": "int64",
-    "concept": "string", "kind": "string", "rule": "string", "scene": "int64",
-    "label": "int64", "reply": "string", "qualifier": "string", "context_rules": "int64",
-}  # fmt: skip
+    "input": "string",
+    "target": "string",
+    "task": "int64",
+    "request": "int64",
+    "concept": "string",
+    "kind": "string",
+    "rule": "string",
+    "scene": "int64",
+    "label": "int64",
+    "reply": "string",
+    "qualifier": "string",
+    "context_rules": "int64",
+}
 
 
 def _arrow_schema():
@@ -77,8 +86,9 @@ class _maybe:
         return self.cm.__exit__(*exc) if self.cm else False
 
 
-def export_rule_tasks(sampler, out: str | Path, *, n: int, progress: bool = True,
-                      meta: dict | None = None) -> dict[str, Path]:  # fmt: skip
+def export_rule_tasks(
+    sampler, out: str | Path, *, n: int, progress: bool = True, meta: dict | None = None
+) -> dict[str, Path]:
     """Write tasks 0..n-1 of a `RuleTaskSampler` under the folder `out`.
 
     Files: ``tasks.jsonl`` (``task.to_dict()`` per line), ``text.jsonl`` and ``text.parquet``
@@ -92,9 +102,13 @@ def export_rule_tasks(sampler, out: str | Path, *, n: int, progress: bool = True
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"tasks": out / "tasks.jsonl", "text_jsonl": out / "text.jsonl",
-             "text_parquet": out / "text.parquet", "mix": out / "mix.json",
-             "meta": out / "meta.json"}  # fmt: skip
+    paths = {
+        "tasks": out / "tasks.jsonl",
+        "text_jsonl": out / "text.jsonl",
+        "text_parquet": out / "text.parquet",
+        "mix": out / "mix.json",
+        "meta": out / "meta.json",
+    }
     text, mix = TextRenderer(sampler.bank), ClassMix()
 
     def rows(f):  # one pass: each task is written, counted and rendered, then dropped
@@ -108,15 +122,22 @@ def export_rule_tasks(sampler, out: str | Path, *, n: int, progress: bool = True
         count = write_rows(rows(f), paths["text_jsonl"], paths["text_parquet"])
     result = mix.result()
     write_text(paths["mix"], json.dumps(result, indent=1) + "\n")
-    info = {"bank": str(sampler.bank.path), "bank_config": sampler.bank.config,
-            **sampler.settings(), "tasks": n, "rows": count, **(meta or {})}  # fmt: skip
+    info = {
+        "bank": str(sampler.bank.path),
+        "bank_config": sampler.bank.config,
+        **sampler.settings(),
+        "tasks": n,
+        "rows": count,
+        **(meta or {}),
+    }
     write_text(paths["meta"], json.dumps(info, indent=1) + "\n")
     log.info("rule tasks: %s", format_mix(result).replace("\n", "; "))
     return paths
 
 
-def render_episodes_as_text(path: str | Path, out: str | Path, *, limit: int | None = None,
-                            progress: bool = True) -> dict[str, Path]:  # fmt: skip
+def render_episodes_as_text(
+    path: str | Path, out: str | Path, *, limit: int | None = None, progress: bool = True
+) -> dict[str, Path]:
     """Re-render an exported CURI episode file (`curi episodes ... out=FILE`) as text: one row
     per query scene, its ``input`` the support examples then the scene, its ``target`` the
     hidden label (``"1"`` / ``"0"``: plain episodes have no oracle reply; rule-query tasks
@@ -135,19 +156,34 @@ def render_episodes_as_text(path: str | Path, out: str | Path, *, limit: int | N
     renderer = TextRenderer()
 
     def rows():
-        bar = tqdm(total=count_episodes(path, limit), desc="render text", unit="episode",
-                   disable=not progress)  # fmt: skip
+        bar = tqdm(
+            total=count_episodes(path, limit),
+            desc="render text",
+            unit="episode",
+            disable=not progress,
+        )
         for k, ep in enumerate(read_episode_file(path, limit=limit)):
             support = [scene_text(r) for r in ep["support_records"]]
             ids = ep.get("support_ids") or [None] * len(support)
             task = {
-                "index": ep.get("index", k), "concept": ep["concept_text"], "context_rules": [],
-                "support": [{"id": i, "label": int(y)}
-                            for i, y in zip(ids, ep["support_labels"], strict=True)],
-                "requests": [{"kind": "scene", "id": j, "label": int(y), "reply": str(int(y)),
-                              "qualifier": ""}
-                             for j, y in enumerate(ep["query_labels"])],
-            }  # fmt: skip
+                "index": ep.get("index", k),
+                "concept": ep["concept_text"],
+                "context_rules": [],
+                "support": [
+                    {"id": i, "label": int(y)}
+                    for i, y in zip(ids, ep["support_labels"], strict=True)
+                ],
+                "requests": [
+                    {
+                        "kind": "scene",
+                        "id": j,
+                        "label": int(y),
+                        "reply": str(int(y)),
+                        "qualifier": "",
+                    }
+                    for j, y in enumerate(ep["query_labels"])
+                ],
+            }
             scenes = {j: scene_text(r) for j, r in enumerate(ep["query_records"])}
             for row in renderer.rows(task, support=support, scenes=scenes):
                 row["target"] = row["reply"]

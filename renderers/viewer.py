@@ -33,15 +33,27 @@ def _spectrogram_png(spec: np.ndarray, sound: SoundRenderer, path: Path, objects
     cfg = sound.config
     fig, ax = plt.subplots(figsize=(7, 3), dpi=100)
     ax.imshow(
-        spec, origin="lower", aspect="auto", cmap="magma", vmin=0, vmax=1,
+        spec,
+        origin="lower",
+        aspect="auto",
+        cmap="magma",
+        vmin=0,
+        vmax=1,
         extent=(0, cfg.duration, 0, cfg.sample_rate / 2 / 1000),
-    )  # fmt: skip
+    )
     onsets = cfg.onset_samples() / cfg.sample_rate
     for o in objects:
         t = onsets[o["x"] - 1]
         ax.axvline(t, color="white", lw=0.6, ls="--")
-        ax.text(t, cfg.sample_rate / 2 / 1000 * 0.93, INSTRUMENTS[o["color"]].name,
-                color="white", fontsize=7, rotation=90, va="top")  # fmt: skip
+        ax.text(
+            t,
+            cfg.sample_rate / 2 / 1000 * 0.93,
+            INSTRUMENTS[o["color"]].name,
+            color="white",
+            fontsize=7,
+            rotation=90,
+            va="top",
+        )
     ax.set_xlabel("time (s)")
     ax.set_ylabel("frequency (kHz)")
     ax.set_title("spectrogram (model input)", fontsize=9)
@@ -79,16 +91,25 @@ def write_scene_page(
     save_png(u8[0], out / "scene.png")
     wave = sound.waveforms([record])
     save_wav(wave[0], out / "scene.wav", sound.config.sample_rate)
-    _spectrogram_png(spectrogram(wave, sound.config)[0], sound, out / "spectrogram.png",
-                     record["objects"])  # fmt: skip
+    _spectrogram_png(
+        spectrogram(wave, sound.config)[0], sound, out / "spectrogram.png", record["objects"]
+    )
     write_text(out / "scene.json", json.dumps(record, indent=1))
 
     onsets = sound.config.onset_samples() / sound.config.sample_rate
     rows = []
     for o in record["objects"]:
-        cells = [o["shape"], o["color"], o["material"], o["size"], o["x"], o["y"],
-                 INSTRUMENTS[o["color"]].name, _note_name(SCALE_MIDI[o["y"] - 1]),
-                 f"{onsets[o['x'] - 1]:.2f} s"]  # fmt: skip
+        cells = [
+            o["shape"],
+            o["color"],
+            o["material"],
+            o["size"],
+            o["x"],
+            o["y"],
+            INSTRUMENTS[o["color"]].name,
+            _note_name(SCALE_MIDI[o["y"] - 1]),
+            f"{onsets[o['x'] - 1]:.2f} s",
+        ]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     head = ["shape", "color", "material", "size", "x bin", "y bin", "instrument", "note", "onset"]
     page = f"""<!doctype html>

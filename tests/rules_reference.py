@@ -50,8 +50,10 @@ class BruteOracle:
             row = self.T[h]
             if not all(row[i] == y for i, y in zip(ids, lab, strict=True)):
                 continue
-            if all(self.answer(h, {"kind": r["kind"], "rule": r["rule"]})
-                   for r in task["context_rules"]):  # fmt: skip
+            if all(
+                self.answer(h, {"kind": r["kind"], "rule": r["rule"]})
+                for r in task["context_rules"]
+            ):
                 keep.append(h)
         n_pos, n_neg = int(lab.sum()), int((~lab).sum())
         logw = []
@@ -94,8 +96,9 @@ class BruteOracle:
         return "?", "D", p
 
 
-def brute_consistency(holds: list[set | None], qualifiers: list[str], universe: set,
-                      sizes=(2, 3)) -> tuple[int, int]:  # fmt: skip
+def brute_consistency(
+    holds: list[set | None], qualifiers: list[str], universe: set, sizes=(2, 3)
+) -> tuple[int, int]:
     """(|impl|, |cont|) literally: each reply is the set of hypotheses where it holds (None for
     ``?``, left out); every subset of every E is tried for minimality."""
 

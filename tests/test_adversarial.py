@@ -39,7 +39,8 @@ def test_generated_splits_are_valid_and_hold_out_similar_structures(tiny_bank, v
         assert all(has[i] for i in sp.test)
         assert not any(has[i] for i in sp.train)
         assert not set(np.asarray(tiny_bank.groups)[sp.train]) & set(
-            np.asarray(tiny_bank.groups)[sp.test])  # fmt: skip
+            np.asarray(tiny_bank.groups)[sp.test]
+        )
         key = tuple(sp.test.tolist())
         assert key not in seen_tests  # duplicates dropped
         seen_tests.add(key)

@@ -368,8 +368,11 @@ def test_a_manifest_config_the_builder_refuses_is_refused(copy, manifest, config
     when every digest was recomputed to match it."""
     _forge_config(copy, manifest, redigest=True, **config)
     for verify in (True, False):
-        with pytest.raises(BankError, match=f"damaged: its manifest.json states a config the "
-                           f"builder refuses \\({why}.*force=true") as e:  # fmt: skip
+        with pytest.raises(
+            BankError,
+            match=f"damaged: its manifest.json states a config the "
+            f"builder refuses \\({why}.*force=true",
+        ) as e:
             load_bank(copy, verify=verify)
         assert "\n" not in str(e.value)
 

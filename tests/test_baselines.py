@@ -25,13 +25,25 @@ from curi.oracles.paper import BASELINE_SPLITS, PAPER_BASELINES, paper_baseline
 from curi.presets import load_preset
 
 # Two small configurations (the paper's poolers, narrowed so a CPU test trains in seconds).
-SMALL = ("configs=[{name: rn, modality: schema, pooling: {name: relation_net, g_dim: 16, "
-         "g_layers: 2, f_hidden: [16]}, splits: [concept_iid]}, {name: tr, modality: schema, "
-         "pooling: {name: transformer, d_model: 16, num_layers: 1, dim_feedforward: 16}, "
-         "splits: [concept_iid]}]")  # fmt: skip
-TINY = ["bank=tiny", "train=tiny", "train.steps=2", "train.eval_every=2",
-        "train.checkpoint_every=2", "train.val_episodes=4", "train.batch_size=2",
-        "train.train_episodes=40", "embed_dim=16", "episodes=6", "progress=false"]  # fmt: skip
+SMALL = (
+    "configs=[{name: rn, modality: schema, pooling: {name: relation_net, g_dim: 16, "
+    "g_layers: 2, f_hidden: [16]}, splits: [concept_iid]}, {name: tr, modality: schema, "
+    "pooling: {name: transformer, d_model: 16, num_layers: 1, dim_feedforward: 16}, "
+    "splits: [concept_iid]}]"
+)
+TINY = [
+    "bank=tiny",
+    "train=tiny",
+    "train.steps=2",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "train.val_episodes=4",
+    "train.batch_size=2",
+    "train.train_episodes=40",
+    "embed_dim=16",
+    "episodes=6",
+    "progress=false",
+]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -46,8 +58,9 @@ def _small(bank_dir, out, *more: str):
     return _cfg(*TINY, SMALL, f"data_dir={bank_dir.parent}", f"output_dir={out}", *more)
 
 
-def test_command_tabulates_runs_beside_the_paper_then_skips_them(tiny_bank_dir, tmp_path,
-                                                                 monkeypatch):  # fmt: skip
+def test_command_tabulates_runs_beside_the_paper_then_skips_them(
+    tiny_bank_dir, tmp_path, monkeypatch
+):
     out = tmp_path / "bl"
     models_cli.baselines(_small(tiny_bank_dir, out))
     table = json.loads((out / "baselines.json").read_text())
@@ -116,10 +129,11 @@ def test_default_sweep_is_the_issues_table():
     runs = plan_runs(plan, bank=c["bank"], train=c["train"], out_dir="/o")
     got = {(r.baseline.name, r.split) for r in runs}
     nine = set(BASELINE_SPLITS)
-    assert got == ({("schema-relation_net", s) for s in nine}
-                   | {("schema-transformer", s) for s in nine}
-                   | {("image-relation_net", "concept_iid"),
-                      ("schema-relation_net-alpha1", "concept_iid")})  # fmt: skip
+    assert got == (
+        {("schema-relation_net", s) for s in nine}
+        | {("schema-transformer", s) for s in nine}
+        | {("image-relation_net", "concept_iid"), ("schema-relation_net-alpha1", "concept_iid")}
+    )
     by_name = {r.baseline.name: r.run for r in runs}
     assert by_name["schema-relation_net-alpha1"].train.alpha == 1
     assert by_name["schema-relation_net"].train.alpha == 0
@@ -143,7 +157,7 @@ def test_default_sweep_is_the_issues_table():
         (
             [{"modality": "schema", "pooling": "avg", "splits": ["boolean"], "lr": 1}],
             "unknown keys",
-        ),  # fmt: skip
+        ),
         ([{"modality": "schema", "pooling": "avg", "splits": ["boolean"], "alpha": -1}], "alpha"),
         (
             [
@@ -155,11 +169,11 @@ def test_default_sweep_is_the_issues_table():
                 }
             ],
             "not in its train",
-        ),  # fmt: skip
+        ),
         (
             [{"modality": "schema", "pooling": "avg", "splits": ["boolean"], "name": "../x"}],
             "name",
-        ),  # fmt: skip
+        ),
         ([{"modality": "schema", "pooling": "avg", "splits": ["boolean"]}] * 2, "repeated"),
     ],
 )
@@ -177,16 +191,28 @@ def test_bad_settings_fail_before_any_run(tmp_path):
     with pytest.raises(ConfigError, match="at least 2 layers"):
         plan_runs(bad, bank={"name": "tiny"}, train={}, out_dir=tmp_path)
     with pytest.raises(ConfigError, match="only: unknown"):
-        parse_baselines([{"modality": "schema", "pooling": "avg", "splits": ["boolean"]}],
-                        only=["schema-relation_net"])  # fmt: skip
+        parse_baselines(
+            [{"modality": "schema", "pooling": "avg", "splits": ["boolean"]}],
+            only=["schema-relation_net"],
+        )
 
 
 def test_curi_baselines_reports_a_bad_configuration_in_one_line(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-c", "from curi.cli import main; main()", "baselines", "bank=tiny",
-         "only=[no-such]", f"output_dir={tmp_path}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from curi.cli import main; main()",
+            "baselines",
+            "bank=tiny",
+            "only=[no-such]",
+            f"output_dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2
     assert "curi baselines: error: only: unknown configurations ['no-such']" in out.stderr
     assert "Traceback" not in out.stderr
@@ -209,8 +235,12 @@ binding_shape | 30.4 | 30.9 | 28.7 | 29.1 | 17.5
 
 
 def test_paper_baselines_agree_with_an_independent_transcription():
-    models = [("schema", "relation_net"), ("schema", "transformer"), ("image", "transformer"),
-              ("image", "relation_net")]  # fmt: skip
+    models = [
+        ("schema", "relation_net"),
+        ("schema", "transformer"),
+        ("image", "transformer"),
+        ("image", "relation_net"),
+    ]
     for line in SPEC.strip().splitlines():
         split, *cells = [c.strip() for c in line.split("|")]
         values = [float(c) for c in cells]
@@ -241,10 +271,21 @@ def test_a_run_of_curi_train_with_the_same_overrides_is_resumable_by_the_sweep(t
 
 def test_table_averages_seeds_and_marks_what_the_paper_lacks():
     def res(config, split, seed, m, modality="schema", pooling="relation_net", alpha=0.0):
-        return {"config": config, "split": split, "seed": seed, "modality": modality,
-                "pooling": pooling, "alpha": alpha, "negatives": "hard", "test_map": m,
-                "test_cba": 0.7, "best_val_map": m, "checkpoint_step": 10 * (seed + 1),
-                "steps": 20, "train_seconds": 5.0}  # fmt: skip
+        return {
+            "config": config,
+            "split": split,
+            "seed": seed,
+            "modality": modality,
+            "pooling": pooling,
+            "alpha": alpha,
+            "negatives": "hard",
+            "test_map": m,
+            "test_cba": 0.7,
+            "best_val_map": m,
+            "checkpoint_step": 10 * (seed + 1),
+            "steps": 20,
+            "train_seconds": 5.0,
+        }
 
     results = [
         res("lang", "boolean", 0, 0.40, alpha=1.0),
@@ -252,8 +293,11 @@ def test_table_averages_seeds_and_marks_what_the_paper_lacks():
         res("avg", "mcd", 0, 0.30, pooling="avg"),
         res("avg", "counting", 0, 0.20, modality="sound", pooling="transformer"),
     ]
-    table = baseline_table(results, {("boolean", "hard"): {"map_strong": 0.9, "map_weak": 0.4}},
-                           settings={"bank": "b", "episodes": 5, "seeds": [0, 1]})  # fmt: skip
+    table = baseline_table(
+        results,
+        {("boolean", "hard"): {"map_strong": 0.9, "map_weak": 0.4}},
+        settings={"bank": "b", "episodes": 5, "seeds": [0, 1]},
+    )
     rows = {(r["config"], r["split"]): r for r in table["rows"]}
     lang = rows[("lang", "boolean")]
     assert np.isclose(lang["test_map"], 0.45) and np.isclose(

@@ -30,8 +30,9 @@ def test_help_and_an_unknown_command_import_no_layer(tmp_path):
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy"
         " or m.startswith(('curi.models', 'curi.oracles', 'curi.renderers'))))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "[]"
 

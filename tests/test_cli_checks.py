@@ -41,8 +41,20 @@ def _everything(root: Path) -> str:
 
 
 # --- strings read from files are literal ------------------------------------------------------
-TRICKY = ["${oc.env:HOME}", "${nope}", "\\${a}", "\\\\${a}", "it's", "a\\b", "x\\", "\\'",
-          "${a}${b}", "$${x}", "a,b=c", "}{"]  # fmt: skip
+TRICKY = [
+    "${oc.env:HOME}",
+    "${nope}",
+    "\\${a}",
+    "\\\\${a}",
+    "it's",
+    "a\\b",
+    "x\\",
+    "\\'",
+    "${a}${b}",
+    "$${x}",
+    "a,b=c",
+    "}{",
+]
 
 
 @pytest.mark.parametrize("text", TRICKY)
@@ -59,8 +71,14 @@ def test_a_literal_override_value_reaches_the_config_as_written(text):
 def split_files(tiny_bank_dir, tmp_path_factory):
     """A saved split of the tiny bank, renamed `${oc.env:CURI_TEST_SECRET}` and `${nope}`."""
     root = tmp_path_factory.mktemp("splits")
-    r = run_curi("split", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "progress=false",
-                 f"save={root / 'saved.json'}", cwd=root)  # fmt: skip
+    r = run_curi(
+        "split",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "progress=false",
+        f"save={root / 'saved.json'}",
+        cwd=root,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((root / "saved.json").read_text())
     out = {}
@@ -73,14 +91,30 @@ def split_files(tiny_bank_dir, tmp_path_factory):
 def test_a_split_files_name_is_never_resolved(split_files, tiny_bank_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("CURI_TEST_SECRET", SECRET)
     data = f"data_dir={tiny_bank_dir.parent}"
-    r = run_curi("split", "bank=tiny", data, "progress=false", f"split={split_files['secret']}",
-                 f"output_dir={tmp_path / 's'}", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "split",
+        "bank=tiny",
+        data,
+        "progress=false",
+        f"split={split_files['secret']}",
+        f"output_dir={tmp_path / 's'}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout[r.stdout.index("{") :])["split"] == "${oc.env:CURI_TEST_SECRET}"
     out = tmp_path / "gap"
-    r = run_curi("gap", "bank=tiny", data, f"split={split_files['secret']}", "negatives=hard",
-                 "episodes.test=10", "workers=1", "progress=false", f"output_dir={out}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "gap",
+        "bank=tiny",
+        data,
+        f"split={split_files['secret']}",
+        "negatives=hard",
+        "episodes.test=10",
+        "workers=1",
+        "progress=false",
+        f"output_dir={out}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads((out / "gap.json").read_text())
     assert [x["split"] for x in rows] == ["${oc.env:CURI_TEST_SECRET}"]
@@ -90,18 +124,32 @@ def test_a_split_files_name_is_never_resolved(split_files, tiny_bank_dir, tmp_pa
 
 
 def test_an_unresolvable_name_is_no_traceback(split_files, tiny_bank_dir, tmp_path):
-    r = run_curi("split", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "progress=false",
-                 f"split={split_files['nope']}", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "split",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "progress=false",
+        f"split={split_files['nope']}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert json.loads(r.stdout[r.stdout.index("{") :])["split"] == "${nope}"
 
 
 def test_the_users_own_interpolations_still_resolve(tiny_bank_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("CURI_TEST_SUB", "sub")
-    r = run_curi("gap", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "split=concept_iid",
-                 "negatives=hard", "episodes.test=10", "workers=1", "progress=false",
-                 "output_dir=${hydra:runtime.cwd}/${oc.env:CURI_TEST_SUB}/x",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "gap",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "split=concept_iid",
+        "negatives=hard",
+        "episodes.test=10",
+        "workers=1",
+        "progress=false",
+        "output_dir=${hydra:runtime.cwd}/${oc.env:CURI_TEST_SUB}/x",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     out = tmp_path / "sub" / "x"
     assert (out / "gap.json").is_file() and (out / ".hydra" / "config.yaml").is_file()
@@ -112,9 +160,15 @@ def test_a_value_made_a_list_is_not_resolved_twice(tiny_bank_dir, tmp_path, monk
     resolved again, so a variable holding ``${...}`` was read as an interpolation."""
     monkeypatch.setenv("CURI_TEST_SECRET", SECRET)
     monkeypatch.setenv("CURI_TEST_SPLITS", "${oc.env:CURI_TEST_SECRET}")
-    r = run_curi("gap", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "negatives=hard",
-                 "splits=${oc.env:CURI_TEST_SPLITS}", f"output_dir={tmp_path / 'o'}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "gap",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "negatives=hard",
+        "splits=${oc.env:CURI_TEST_SPLITS}",
+        f"output_dir={tmp_path / 'o'}",
+        cwd=tmp_path,
+    )
     line = _one_line_error(r, "curi gap: error: unknown split '${oc.env:CURI_TEST_SECRET}'")
     assert SECRET not in line + r.stdout + _everything(tmp_path)
 
@@ -122,8 +176,14 @@ def test_a_value_made_a_list_is_not_resolved_twice(tiny_bank_dir, tmp_path, monk
 def test_a_fifo_as_split_file_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "s.json"
     os.mkfifo(fifo)
-    r = run_curi("split", "bank=tiny", f"data_dir={tmp_path / 'none'}", f"split={fifo}",
-                 cwd=tmp_path, timeout=60)  # fmt: skip
+    r = run_curi(
+        "split",
+        "bank=tiny",
+        f"data_dir={tmp_path / 'none'}",
+        f"split={fifo}",
+        cwd=tmp_path,
+        timeout=60,
+    )
     line = _one_line_error(r, "curi split: error: split file")
     assert "a FIFO, not a regular file" in line and not (tmp_path / "none").exists()
 
@@ -143,9 +203,16 @@ def test_the_enumerated_options_cover_every_command():
         assert {(command, "prior"), (command, "likelihood")} <= found
     for command in ("episodes", "rules", "show", "train", "eval", "difficulty", "baselines"):
         assert (command, "negatives") in found
-    more = {("gap", "negatives"), ("episodes", "subset"), ("episodes", "media"),
-            ("rules", "hypotheses"), ("rules", "kinds"), ("curve", "mcd.compounds"),
-            ("difficulty", "predictors"), ("difficulty", "threshold")}  # fmt: skip
+    more = {
+        ("gap", "negatives"),
+        ("episodes", "subset"),
+        ("episodes", "media"),
+        ("rules", "hypotheses"),
+        ("rules", "kinds"),
+        ("curve", "mcd.compounds"),
+        ("difficulty", "predictors"),
+        ("difficulty", "threshold"),
+    }
     assert more <= found
 
 
@@ -167,12 +234,20 @@ def test_every_enumerated_option_refuses_a_value_outside_its_choices(command, ke
             check_config(_nested(key, [bad] if isinstance(default, list) else bad), opts)
 
 
-@pytest.mark.parametrize("override", ["prior=foo", "likelihood=foo", "negatives=[hard,hrd]",
-                                      "splits=[]", "negatives=[]"])  # fmt: skip
+@pytest.mark.parametrize(
+    "override", ["prior=foo", "likelihood=foo", "negatives=[hard,hrd]", "splits=[]", "negatives=[]"]
+)
 def test_gap_refuses_bad_values_before_the_bank_opens(override, tmp_path):
     data = tmp_path / "data"  # no bank there: the check comes first
-    r = run_curi("gap", "bank=tiny", f"data_dir={data}", override, "episodes.test=10",
-                 f"output_dir={tmp_path / 'o'}", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "gap",
+        "bank=tiny",
+        f"data_dir={data}",
+        override,
+        "episodes.test=10",
+        f"output_dir={tmp_path / 'o'}",
+        cwd=tmp_path,
+    )
     key = override.split("=")[0]
     line = _one_line_error(r, f"curi gap: error: {key} must ")
     assert ("not be empty" if override.endswith("[]") else "one of") in line
@@ -212,7 +287,11 @@ def test_an_inline_group_config_replaces_the_preset():
     opts = load_options("split")
     inline = "split={name: adv, rule: adversarial}"
     assert _group_values([inline, "bank={name: b}"], opts) == [
-        "~split", "+split={name: adv, rule: adversarial}", "~bank", "+bank={name: b}"]  # fmt: skip
+        "~split",
+        "+split={name: adv, rule: adversarial}",
+        "~bank",
+        "+bank={name: b}",
+    ]
     show = load_options("show")  # modality@image: a package of another group is merged
     assert _group_values(["image={width: 8}"], show) == ["image={width: 8}"]
 
@@ -221,9 +300,14 @@ def test_the_readme_inline_split_runs(tiny_bank_dir, tmp_path):
     """README: ``curi split 'split={name: adv, rule: adversarial, variant: nosib, save_dir:
     ...}'`` (it failed with "Key 'variant' is not in struct": it was merged into concept_iid)."""
     adv = tmp_path / "adv"
-    r = run_curi("split", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "progress=false",
-                 f"split={{name: adv, rule: adversarial, variant: nosib, save_dir: {adv}}}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "split",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "progress=false",
+        f"split={{name: adv, rule: adversarial, variant: nosib, save_dir: {adv}}}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout[r.stdout.index("{") :])
     assert report["split"] == "adv" and report["variant"] == "nosib" and report["test"] > 0
@@ -232,9 +316,16 @@ def test_the_readme_inline_split_runs(tiny_bank_dir, tmp_path):
 
 def test_the_readme_inline_splits_list_of_difficulty_runs(tiny_bank_dir, tmp_path):
     out = tmp_path / "d"
-    r = run_curi("difficulty", "bank=tiny", f"data_dir={tiny_bank_dir.parent}",
-                 "splits=[{name: adv, rule: adversarial, variant: nosib}]",
-                 "episodes_per_concept=1", "max_concepts=4", "progress=false",
-                 f"output_dir={out}", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "difficulty",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "splits=[{name: adv, rule: adversarial, variant: nosib}]",
+        "episodes_per_concept=1",
+        "max_concepts=4",
+        "progress=false",
+        f"output_dir={out}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert (out / "auc.md").is_file()

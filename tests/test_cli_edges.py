@@ -66,12 +66,14 @@ def test_check_config_types_and_lists():
     base = {"splits": "boolean", "negatives": "hard", "episodes": {"test": 3.0}, "seed": 1}
     out = check_config(base, opts)
     assert out["splits"] == ["boolean"] and out["negatives"] == ["hard"]
-    for bad, msg in [({"seed": 1.5}, "seed must be an integer"),
-                     ({"episodes": {"test": True}}, "episodes.test must be an integer"),
-                     ({"prior": [1]}, "prior must be a single value"),
-                     ({"splits": {"a": 1}}, "splits must be a list"),
-                     ({"episodes": 3}, "episodes must be a mapping"),
-                     ({"bogus": 1}, "unknown option 'bogus'")]:  # fmt: skip
+    for bad, msg in [
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"episodes": {"test": True}}, "episodes.test must be an integer"),
+        ({"prior": [1]}, "prior must be a single value"),
+        ({"splits": {"a": 1}}, "splits must be a list"),
+        ({"episodes": 3}, "episodes must be a mapping"),
+        ({"bogus": 1}, "unknown option 'bogus'"),
+    ]:
         with pytest.raises(ConfigError, match=msg):
             check_config(bad, opts)
     # a config group's own keys are left to the library that reads them (BankConfig, ...)
@@ -79,8 +81,9 @@ def test_check_config_types_and_lists():
 
 
 def test_unknown_key_inside_a_group_is_one_message(tmp_path):
-    r = run_curi("bank", "bank=tiny", "+bank.num_scene=5", f"data_dir={tmp_path / 'd'}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "bank", "bank=tiny", "+bank.num_scene=5", f"data_dir={tmp_path / 'd'}", cwd=tmp_path
+    )
     line = _one_line_error(r, "curi bank: error: unknown bank option(s) ['num_scene']")
     assert "num_scenes" in line and not (tmp_path / "d").exists()
 
@@ -104,8 +107,15 @@ def test_bad_media_is_one_message_before_the_bank_opens(tmp_path):
 @pytest.fixture(scope="module")
 def saved_split(tiny_bank_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("split") / "bc.json"
-    r = run_curi("split", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "progress=false",
-                 "split=binding_color", f"save={path}", cwd=path.parent)  # fmt: skip
+    r = run_curi(
+        "split",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "progress=false",
+        "split=binding_color",
+        f"save={path}",
+        cwd=path.parent,
+    )
     assert r.returncode == 0, r.stderr
     return path
 
@@ -118,16 +128,31 @@ def test_saved_split_file_drives_curi_split_and_gap(saved_split, tiny_bank_dir, 
     report = json.loads(r.stdout[r.stdout.index("{") :])
     assert report["split"] == "binding_color" and report["test"] == len(want["test"])
     out = tmp_path / "gap"
-    r = run_curi("gap", "bank=tiny", data, f"split={saved_split}", "negatives=hard",
-                 "episodes.test=20", "workers=1", "progress=false", f"output_dir={out}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "gap",
+        "bank=tiny",
+        data,
+        f"split={saved_split}",
+        "negatives=hard",
+        "episodes.test=20",
+        "workers=1",
+        "progress=false",
+        f"output_dir={out}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads((out / "gap.json").read_text())
     assert [(x["split"], x["negatives"], x["n_test"]) for x in rows] == [
         ("binding_color", "hard", len(want["test"]))
     ]
-    missing = run_curi("gap", "bank=tiny", data, f"split={tmp_path / 'nope.json'}",
-                       f"output_dir={tmp_path / 'g2'}", cwd=tmp_path)  # fmt: skip
+    missing = run_curi(
+        "gap",
+        "bank=tiny",
+        data,
+        f"split={tmp_path / 'nope.json'}",
+        f"output_dir={tmp_path / 'g2'}",
+        cwd=tmp_path,
+    )
     _one_line_error(missing, "curi gap: error: split file")
 
 
@@ -136,18 +161,38 @@ def test_saved_split_trains_and_eval_takes_a_preset_split(saved_split, tiny_bank
     failed with "No match in the defaults list")."""
     data = f"data_dir={tiny_bank_dir.parent}"
     run = tmp_path / "run"
-    r = run_curi("train", "bank=tiny", "train=tiny", data, f"split={saved_split}", "device=cpu",
-                 "train.steps=2", "train.eval_every=2", "train.checkpoint_every=2",
-                 "train.val_episodes=4", "progress=false", f"output_dir={run}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "train",
+        "bank=tiny",
+        "train=tiny",
+        data,
+        f"split={saved_split}",
+        "device=cpu",
+        "train.steps=2",
+        "train.eval_every=2",
+        "train.checkpoint_every=2",
+        "train.val_episodes=4",
+        "progress=false",
+        f"output_dir={run}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2
     cfg = (run / ".hydra" / "config.yaml").read_text()
     assert "rule: file" in cfg and str(saved_split) in cfg
     ev = tmp_path / "eval"
-    r = run_curi("eval", f"checkpoint={run}", "split=binding_color", "episodes=8", "device=cpu",
-                 "num_workers=0", "progress=false", f"output_dir={ev}", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "eval",
+        f"checkpoint={run}",
+        "split=binding_color",
+        "episodes=8",
+        "device=cpu",
+        "num_workers=0",
+        "progress=false",
+        f"output_dir={ev}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     metrics = json.loads((ev / "metrics.json").read_text())
     assert metrics["split"] == "binding_color" and metrics["oracles"]["n_test"] > 0
@@ -166,8 +211,13 @@ def test_misspelt_data_dir_is_an_error_saying_how_to_build(tmp_path):
 
 
 def test_build_true_builds_where_asked(tmp_path):
-    small = ["bank=tiny", "bank.num_scenes=2000", "bank.num_draws=3000", "bank.min_positives=5",
-             "progress=false"]  # fmt: skip
+    small = [
+        "bank=tiny",
+        "bank.num_scenes=2000",
+        "bank.num_draws=3000",
+        "bank.min_positives=5",
+        "progress=false",
+    ]
     r = run_curi("split", *small, f"data_dir={tmp_path / 'd'}", "build=true", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "d" / "tiny" / "manifest.json").is_file()
@@ -177,8 +227,7 @@ def test_open_bank_builds_only_in_the_default_folder(tmp_path, monkeypatch):
     from curi.bank import open_bank
     from curi.errors import BankError
 
-    small = {"name": "s", "num_scenes": 2000, "num_draws": 3000, "min_positives": 5,
-             "workers": 1}  # fmt: skip
+    small = {"name": "s", "num_scenes": 2000, "num_draws": 3000, "min_positives": 5, "workers": 1}
     with pytest.raises(BankError, match="no bank 's' in data_dir"):
         open_bank(small, tmp_path / "x", progress=False)
     assert not (tmp_path / "x").exists()
@@ -207,8 +256,15 @@ def test_output_dir_holds_config_and_log_and_nothing_else_is_written(tiny_bank_d
 def test_sweep_jobs_go_under_output_dir(tiny_bank_dir, tmp_path):
     data = f"data_dir={tiny_bank_dir.parent}"
     out = tmp_path / "sweep"
-    r = run_curi("split", "-m", "bank=tiny", data, "split=binding_color,counting",
-                 f"output_dir={out}", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "split",
+        "-m",
+        "bank=tiny",
+        data,
+        "split=binding_color,counting",
+        f"output_dir={out}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert all((out / n / "split.log").is_file() for n in ("0", "1"))
     assert all((out / n / ".hydra" / "config.yaml").is_file() for n in ("0", "1"))
@@ -267,10 +323,20 @@ def _rows():
     rows = []
     for k, split in enumerate([*list(PAPER_GAP)[:4], "mine"]):
         for neg in ("hard", "easy"):
-            rows.append({"split": split, "negatives": neg, "map_strong": 0.5 + 0.1 * k,
-                         "map_weak": 0.1, "map_random": 0.05, "map_gap": 0.4 + 0.1 * k,
-                         "cba_strong": 0.7, "cba_weak": 0.6, "cba_random": 0.5,
-                         "cba_gap": 0.1})  # fmt: skip
+            rows.append(
+                {
+                    "split": split,
+                    "negatives": neg,
+                    "map_strong": 0.5 + 0.1 * k,
+                    "map_weak": 0.1,
+                    "map_random": 0.05,
+                    "map_gap": 0.4 + 0.1 * k,
+                    "cba_strong": 0.7,
+                    "cba_weak": 0.6,
+                    "cba_random": 0.5,
+                    "cba_gap": 0.1,
+                }
+            )
     return rows
 
 
@@ -306,10 +372,23 @@ def test_gap_chart_has_title_axis_labels_and_gap_labels_above_paper_marks(tmp_pa
 def test_eval_plot_is_written(tmp_path):
     from curi.models.plots import plot_metrics
 
-    m = {"checkpoint": "/r/best.pt", "step": 3, "split": "boolean", "negatives": "hard",
-         "episodes": 8, "subset": "test", "config": {"bank": {"name": "tiny"}},
-         "model": {"map": 0.3, "cba": 0.6},
-         "oracles": {"map_strong": 0.9, "map_weak": 0.2, "map_random": 0.1, "cba_strong": 0.95,
-                     "cba_weak": 0.6, "cba_random": 0.5}}  # fmt: skip
+    m = {
+        "checkpoint": "/r/best.pt",
+        "step": 3,
+        "split": "boolean",
+        "negatives": "hard",
+        "episodes": 8,
+        "subset": "test",
+        "config": {"bank": {"name": "tiny"}},
+        "model": {"map": 0.3, "cba": 0.6},
+        "oracles": {
+            "map_strong": 0.9,
+            "map_weak": 0.2,
+            "map_random": 0.1,
+            "cba_strong": 0.95,
+            "cba_weak": 0.6,
+            "cba_random": 0.5,
+        },
+    }
     path = plot_metrics([m, {**m, "split": "counting", "oracles": None}], tmp_path / "e.png")
     assert path.stat().st_size > 0

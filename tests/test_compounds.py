@@ -103,8 +103,9 @@ def reference_weights(roots, top_n):
         types = [vocab.setdefault(t, len(vocab)) for t in texts]
         supers = []
         for i, mi in enumerate(masks.tolist()):
-            sup = sorted({types[j] for j, mj in enumerate(masks.tolist())
-                          if mi & mj == mi and mi != mj})  # fmt: skip
+            sup = sorted(
+                {types[j] for j, mj in enumerate(masks.tolist()) if mi & mj == mi and mi != mj}
+            )
             supers.append(sup)
             occ_count[types[i]] += 1
             for t in sup:

@@ -35,9 +35,19 @@ def no_work(monkeypatch):
 # --- the helpers ---------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "value, ok",
-    [(0, 0), (7, 7), (2.0, 2), (True, None), (1.5, None), ("3", None), (-1, None), (11, None),
-     (float("nan"), None), (None, None)],
-)  # fmt: skip
+    [
+        (0, 0),
+        (7, 7),
+        (2.0, 2),
+        (True, None),
+        (1.5, None),
+        ("3", None),
+        (-1, None),
+        (11, None),
+        (float("nan"), None),
+        (None, None),
+    ],
+)
 def test_integer(value, ok):
     if ok is None:
         with pytest.raises(ConfigError, match=r"^x must be an integer in \[0, 10\], got "):
@@ -234,8 +244,13 @@ def test_command_defaults_validate():
         show = compose("show")
     check_export_options(eps.n, eps.shard_size, eps.seed)
     check_gap_options(gap.episodes.test, gap.workers, gap.seed)
-    check_eval_options(episodes=ev.episodes, seed=ev.seed, batch_size=ev.batch_size,
-                       num_workers=ev.num_workers, chunk=ev.chunk)  # fmt: skip
+    check_eval_options(
+        episodes=ev.episodes,
+        seed=ev.seed,
+        batch_size=ev.batch_size,
+        num_workers=ev.num_workers,
+        chunk=ev.chunk,
+    )
     from curi.renderers.cli import _check_show
 
     _check_show(show)

@@ -69,10 +69,19 @@ def test_the_study_on_the_tiny_bank(tiny_bank, tmp_path):
 def test_the_command(tiny_bank_dir, tmp_path):
     out = tmp_path / "curve"
     r = run_curi(
-        "curve", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "seeds=[0]", "step=0.4",
-        "episodes.test=40", "paper_splits=false", "workers=1", "progress=false",
-        "mcd.validation=0.0", f"output_dir={out}", cwd=tmp_path,
-    )  # fmt: skip
+        "curve",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "seeds=[0]",
+        "step=0.4",
+        "episodes.test=40",
+        "paper_splits=false",
+        "workers=1",
+        "progress=false",
+        "mcd.validation=0.0",
+        f"output_dir={out}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "curve.md").is_file() and (out / "curve.png").is_file()
     assert "Pearson" in r.stdout

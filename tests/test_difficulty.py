@@ -62,8 +62,9 @@ def test_easy_labels():
 def test_auc_table_and_split_correlations():
     rows = [
         {"split": s, "length": 7 + i % 3, "p": float(i), "q": 0.0, "oracle_ap": i / 10 + k}
-        for k, s in enumerate(["a", "b"]) for i in range(10)
-    ]  # fmt: skip
+        for k, s in enumerate(["a", "b"])
+        for i in range(10)
+    ]
     table = auc_table(rows, ["p", "q"], "oracle_ap")
     got = {(r["scope"], r["predictor"]): r for r in table}
     assert got[("a", "p")]["auc"] == 1.0 and got[("pooled", "p")]["auc"] == 1.0
@@ -71,8 +72,10 @@ def test_auc_table_and_split_correlations():
     # one threshold over both splits: split b (all above 1) is easy, split a hard
     pooled = auc_table(rows, ["p"], "oracle_ap", threshold="pooled_median")
     assert pooled[0]["easy"] == 0.5 and pooled[1]["scope"] == "a" and pooled[1]["easy"] == 0
-    srows = [{"m": m, "d_compound": d, "mean_p": e} for m, d, e in
-             [(0.9, 0.1, 1.0), (0.5, 0.3, 0.6), (0.2, 0.8, 0.1)]]  # fmt: skip
+    srows = [
+        {"m": m, "d_compound": d, "mean_p": e}
+        for m, d, e in [(0.9, 0.1, 1.0), (0.5, 0.3, 0.6), (0.2, 0.8, 0.1)]
+    ]
     corr = {c["predictor"]: c for c in split_correlations(srows, ["p"], "m")}
     assert corr["p"]["spearman"] == pytest.approx(1.0)
     assert corr["-D_C"]["spearman"] == pytest.approx(1.0)
@@ -101,16 +104,32 @@ def test_checkpoint_of_another_bank_refused(tiny_bank):
 def test_command_end_to_end(tiny_bank_dir, tmp_path):
     data = f"data_dir={tiny_bank_dir.parent}"
     run = tmp_path / "run"
-    out = run_curi("train", "bank=tiny", "train=tiny", data, "split=boolean", "device=cpu",
-                   f"output_dir={run}", "progress=false", cwd=tmp_path)  # fmt: skip
+    out = run_curi(
+        "train",
+        "bank=tiny",
+        "train=tiny",
+        data,
+        "split=boolean",
+        "device=cpu",
+        f"output_dir={run}",
+        "progress=false",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     adv = "{name:adv,rule:adversarial,max_easiness:1.01,min_test:1}"
     res = tmp_path / "diff"
     out = run_curi(
-        "difficulty", "bank=tiny", data, f"splits=[binding_color,{adv}]", f"checkpoint={run}",
-        "max_concepts=8", "episodes_per_concept=2", f"output_dir={res}", "progress=false",
+        "difficulty",
+        "bank=tiny",
+        data,
+        f"splits=[binding_color,{adv}]",
+        f"checkpoint={run}",
+        "max_concepts=8",
+        "episodes_per_concept=2",
+        f"output_dir={res}",
+        "progress=false",
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr
     assert "ROC AUC against the model" in out.stdout
     rows = list(csv.DictReader((res / "concepts.csv").open()))
@@ -126,8 +145,11 @@ def test_command_end_to_end(tiny_bank_dir, tmp_path):
 def test_split_with_too_few_test_concepts_is_one_clear_error(tiny_bank, n_test):
     sp = make_split(tiny_bank, "boolean")
     few = dataclasses.replace(sp, name="few", test=sp.test[:n_test])
-    with pytest.raises(SplitError, match=r"split 'few' has (no test concepts|1 test concept) "
-                                         r"in this bank; .*needs at least 2"):
+    with pytest.raises(
+        SplitError,
+        match=r"split 'few' has (no test concepts|1 test concept) "
+        r"in this bank; .*needs at least 2",
+    ):
         difficulty_report(tiny_bank, [sp, few], max_concepts=2, episodes=1)
     with pytest.raises(ConfigError, match=r"max_concepts must be an integer in \[2, "):
         difficulty_report(tiny_bank, [sp], max_concepts=1, episodes=1)
@@ -135,20 +157,33 @@ def test_split_with_too_few_test_concepts_is_one_clear_error(tiny_bank, n_test):
 
 def test_command_on_an_empty_test_set_ends_in_one_line(tiny_bank_dir, tmp_path):
     empty = "{name:long,rule:length,threshold:100,val:same_as_test}"  # no concept that long
-    out = run_curi("difficulty", "bank=tiny", f"data_dir={tiny_bank_dir.parent}",
-                   f"splits=[{empty}]", f"output_dir={tmp_path}", "progress=false",
-                   cwd=tmp_path)  # fmt: skip
+    out = run_curi(
+        "difficulty",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        f"splits=[{empty}]",
+        f"output_dir={tmp_path}",
+        "progress=false",
+        cwd=tmp_path,
+    )
     assert out.returncode == 2, out.stderr
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and "'long'" in err[0] and "test" in err[0], out.stderr
-    out = run_curi("difficulty", "bank=tiny", "max_concepts=0", "data_dir=/nonexistent",
-                   f"output_dir={tmp_path}", cwd=tmp_path)  # checked before the bank opens
+    out = run_curi(
+        "difficulty",
+        "bank=tiny",
+        "max_concepts=0",
+        "data_dir=/nonexistent",
+        f"output_dir={tmp_path}",
+        cwd=tmp_path,
+    )  # checked before the bank opens
     assert out.returncode == 2 and "max_concepts must be an integer" in out.stderr, out.stderr
 
 
 def test_fewer_than_three_splits_say_why_there_is_no_correlation(tiny_bank, tmp_path):
-    report = difficulty_report(tiny_bank, ["boolean", "extrinsic"], predictors=["2-LS"],
-                               max_concepts=4, episodes=1)  # fmt: skip
+    report = difficulty_report(
+        tiny_bank, ["boolean", "extrinsic"], predictors=["2-LS"], max_concepts=4, episodes=1
+    )
     write_report(report, tmp_path)
     md = (tmp_path / "auc.md").read_text()
     section = md[md.index("## Per split") :]

@@ -111,7 +111,8 @@ def test_cli_refuses_a_bad_export_path_before_opening_the_bank(tmp_path):
         r = run_curi("episodes", "bank=tiny", f"data_dir={data}", f"out={out}", cwd=tmp_path)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(start), r.stderr
-    r = run_curi("episodes", "render", f"in={tmp_path / 'e.xyz'}", f"out={tmp_path / 'r'}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "episodes", "render", f"in={tmp_path / 'e.xyz'}", f"out={tmp_path / 'r'}", cwd=tmp_path
+    )
     assert r.returncode == 2 and "e.xyz is not an episode export" in r.stderr, r.stderr
     assert not data.exists()

@@ -108,8 +108,9 @@ def _temporaries(folder: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(KILLS))
-def test_killed_export_leaves_the_old_export_or_a_clear_error(tiny_bank_dir, tiny_bank, split,
-                                                              tmp_path, name):  # fmt: skip
+def test_killed_export_leaves_the_old_export_or_a_clear_error(
+    tiny_bank_dir, tiny_bank, split, tmp_path, name
+):
     old = _episodes(tiny_bank, split, **OLD)
     new = _episodes(tiny_bank, split, **NEW)
     after = _episodes(tiny_bank, split, **AFTER)
@@ -117,10 +118,18 @@ def test_killed_export_leaves_the_old_export_or_a_clear_error(tiny_bank_dir, tin
     for where, k in KILLS[name]:
         folder = tmp_path / f"{where}-{k}"
         _export(tiny_bank, split, folder / name, **OLD)
-        args = [str(tiny_bank_dir), str(folder / name), str(NEW["n"]), str(NEW["seed"]),
-                str(SHARD), where, str(k)]  # fmt: skip
-        child = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE,
-                                 text=True)  # fmt: skip
+        args = [
+            str(tiny_bank_dir),
+            str(folder / name),
+            str(NEW["n"]),
+            str(NEW["seed"]),
+            str(SHARD),
+            where,
+            str(k),
+        ]
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, text=True
+        )
         runs.append((folder, where, k, child))
     for folder, where, k, child in runs:
         try:
@@ -234,10 +243,17 @@ def test_an_export_never_deletes_another_exports_or_a_users_files(tiny_bank, spl
     _export(tiny_bank, split, tar, n=3, seed=1)  # 2 shards: eps-00002.tar was its own
     assert mine.read_bytes() == b"a user's own file"
     assert _names(tmp_path) == [
-        "eps-00000.tar", "eps-00001.tar", "eps-00007.tar", "eps.jsonl", "eps.jsonl.card.md",
-        "eps.jsonl.gz", "eps.jsonl.gz.card.md", "eps.parquet", "eps.parquet.card.md",
+        "eps-00000.tar",
+        "eps-00001.tar",
+        "eps-00007.tar",
+        "eps.jsonl",
+        "eps.jsonl.card.md",
+        "eps.jsonl.gz",
+        "eps.jsonl.gz.card.md",
+        "eps.parquet",
+        "eps.parquet.card.md",
         "eps.tar.card.md",
-    ]  # fmt: skip
+    ]
     mine.unlink()  # (the reader refuses a shard its card does not list)
     assert _read(tar) == _episodes(tiny_bank, split, n=3, seed=1)
     assert len(_read(tmp_path / "eps.jsonl")) == 2 and len(_read(tmp_path / "eps.parquet")) == 3
@@ -256,8 +272,14 @@ def test_a_list_left_by_a_killed_export_names_only_its_own_files(tiny_bank, spli
     _export(tiny_bank, split, tmp_path / "eps.tar", n=3, seed=0)
     assert all(v.read_text() == "keep" for v in victims)
     assert not (tmp_path / "eps-00009.tar").exists()
-    assert _names(tmp_path) == ["eps-00000.tar", "eps-00001.tar", "eps.parquet",
-                                "eps.tar.card.md", "sub", "victim.txt"]  # fmt: skip
+    assert _names(tmp_path) == [
+        "eps-00000.tar",
+        "eps-00001.tar",
+        "eps.parquet",
+        "eps.tar.card.md",
+        "sub",
+        "victim.txt",
+    ]
 
 
 # A process that holds the lock of an export (as a running export does) until it is killed.
@@ -278,8 +300,9 @@ def test_two_exports_to_the_same_path_do_not_both_succeed(tiny_bank, split, tmp_
 
     out = tmp_path / "eps.tar"
     _export(tiny_bank, split, out, n=3, seed=0)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE,
-                              text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "HELD"
         busy = rf"out=.*eps.tar is being written by another process \(pid {holder.pid}, holding"
@@ -304,8 +327,16 @@ def test_the_cli_names_the_holder_of_an_export(tiny_bank_dir, tmp_path):
 
     out = tmp_path / "eps.jsonl"
     with exclusive(out, what="x", error=ConfigError):  # this process holds it
-        r = run_curi("episodes", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=2",
-                     "split=counting", "progress=false", f"out={out}", cwd=tmp_path)  # fmt: skip
+        r = run_curi(
+            "episodes",
+            "bank=tiny",
+            f"data_dir={tiny_bank_dir.parent}",
+            "n=2",
+            "split=counting",
+            "progress=false",
+            f"out={out}",
+            cwd=tmp_path,
+        )
     assert r.returncode == 2, r.stderr[-2000:]
     busy = f"curi episodes: error: out={out} is being written by another process (pid {os.getpid()}"
     assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr[-2000:]
@@ -335,8 +366,9 @@ export_episodes(bank, make_split(bank, "counting"), "test", Path(sys.argv[2]), n
 """
 
 
-def test_a_killed_export_with_workers_leaves_no_lock_held(tiny_bank_dir, tiny_bank, split,
-                                                          tmp_path):  # fmt: skip
+def test_a_killed_export_with_workers_leaves_no_lock_held(
+    tiny_bank_dir, tiny_bank, split, tmp_path
+):
     """The workers rendering an export's files end with it when it is killed (SIGKILL): they
     waited forever for jobs before, holding the export's lock they inherited, so no later
     export to that path could run."""
@@ -345,8 +377,11 @@ def test_a_killed_export_with_workers_leaves_no_lock_held(tiny_bank_dir, tiny_ba
     from curi.errors import ConfigError
 
     out = tmp_path / "eps.tar"
-    child = subprocess.Popen([sys.executable, "-c", WORKERS_CHILD, str(tiny_bank_dir), str(out)],
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", WORKERS_CHILD, str(tiny_bank_dir), str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "HIT"
     finally:

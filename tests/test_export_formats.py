@@ -61,9 +61,15 @@ def test_parquet_with_images_decodes_to_pictures(tiny_bank, split, tmp_path):
 
 def test_webdataset_shards_hold_files_and_labels(tiny_bank, split, tmp_path):
     out = export_episodes(
-        tiny_bank, split, "test", tmp_path / "w.tar", n=3, shard_size=2, progress=False,
+        tiny_bank,
+        split,
+        "test",
+        tmp_path / "w.tar",
+        n=3,
+        shard_size=2,
+        progress=False,
         media=media("image"),
-    )  # fmt: skip
+    )
     shards = sorted(str(p) for p in out["files"])
     assert len(shards) == 2 and all(p.endswith(".tar") for p in shards)
     samples = list(wds.WebDataset(shards, shardshuffle=False))
@@ -88,9 +94,15 @@ def test_every_renderer_with_files_is_a_kind_of_media():
 
 def _cli_export(tiny_bank_dir, tmp_path, out, *extra):
     r = run_curi(
-        "episodes", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "split=binding_color",
-        "progress=false", f"out={out}", *extra, cwd=tmp_path,
-    )  # fmt: skip
+        "episodes",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "split=binding_color",
+        "progress=false",
+        f"out={out}",
+        *extra,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -101,8 +113,9 @@ def test_cli_parquet_with_images_is_the_python_export(tiny_bank, tiny_bank_dir, 
     row = d[1]
     assert len(row["query_images"]) == len(row["query_labels"]) == 25
     assert row["query_images"][3].size == (240, 160)
-    api = export_episodes(tiny_bank, split, "test", tmp_path / "p.parquet", n=2, progress=False,
-                          media=media("image"))  # fmt: skip
+    api = export_episodes(
+        tiny_bank, split, "test", tmp_path / "p.parquet", n=2, progress=False, media=media("image")
+    )
     got, want = (pq.read_table(p) for p in (tmp_path / "c.parquet", api["episodes"]))
     assert got.equals(want, check_metadata=True)  # labels, ids, records and every PNG
 
@@ -128,9 +141,18 @@ def test_an_export_is_the_same_bytes_for_any_number_of_workers(tiny_bank, split,
     before = torch.get_num_threads()
     runs = {}
     for workers, threads in [(1, 1), (1, 2), (2, None), (3, 1)]:
-        out = export_episodes(tiny_bank, split, "test", tmp_path / f"{workers}-{threads}" / name,
-                              n=5, shard_size=2, progress=False, media=small, workers=workers,
-                              threads=threads)  # fmt: skip
+        out = export_episodes(
+            tiny_bank,
+            split,
+            "test",
+            tmp_path / f"{workers}-{threads}" / name,
+            n=5,
+            shard_size=2,
+            progress=False,
+            media=small,
+            workers=workers,
+            threads=threads,
+        )
         runs[workers, threads] = [p.read_bytes() for p in out["files"]]
         assert torch.get_num_threads() == before
     first = runs[1, 1]
@@ -143,8 +165,7 @@ def test_cli_renders_media_in_workers_with_the_renderers_settings(tiny_bank_dir,
     render` does (documented in --help), with the same bytes for any number of workers."""
     args = ["n=3", "media=image", "shard_size=2"]
     _cli_export(tiny_bank_dir, tmp_path, tmp_path / "a" / "e.tar", *args, "workers=2")
-    _cli_export(tiny_bank_dir, tmp_path, tmp_path / "b" / "e.tar", *args, "workers=1",
-                "threads=2")  # fmt: skip
+    _cli_export(tiny_bank_dir, tmp_path, tmp_path / "b" / "e.tar", *args, "workers=1", "threads=2")
     for shard in ("e-00000.tar", "e-00001.tar"):
         assert (tmp_path / "a" / shard).read_bytes() == (tmp_path / "b" / shard).read_bytes()
     r = run_curi("episodes", "workers=0", f"out={tmp_path / 'x.tar'}", cwd=tmp_path)

@@ -14,8 +14,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # source folder -> the package it installs as (pyproject.toml, [tool.setuptools.package-dir])
-PACKAGES = {"curi": "curi", "renderers": "curi.renderers", "oracles": "curi.oracles",
-            "models": "curi.models"}  # fmt: skip
+PACKAGES = {
+    "curi": "curi",
+    "renderers": "curi.renderers",
+    "oracles": "curi.oracles",
+    "models": "curi.models",
+}
 CONFIG_LIBRARIES = ("hydra", "omegaconf")
 # the layers a layer may not import (the core imports none of the others)
 FORBIDDEN = {
@@ -69,8 +73,15 @@ def _is_under(name: str, prefix: str) -> bool:
 
 
 def test_the_source_tree_is_found():
-    assert {"curi.cli", "curi.core_cli", "curi.bank", "curi.oracles.cli", "curi.models.cli",
-            "curi.renderers.cli", "curi.renderers.rules_cli"} <= set(MODULES)  # fmt: skip
+    assert {
+        "curi.cli",
+        "curi.core_cli",
+        "curi.bank",
+        "curi.oracles.cli",
+        "curi.models.cli",
+        "curi.renderers.cli",
+        "curi.renderers.rules_cli",
+    } <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not is_cli(m)))

@@ -69,12 +69,18 @@ def test_score_file_scores_a_saved_predictions_file_as_score_predictions(tiny_ba
     from curi.oracles.model_score import model_predictions, score_file, score_predictions
 
     rng = np.random.default_rng(1)
-    pred = model_predictions(lambda s, y, t: rng.random(len(t)), tiny_bank, "concept_iid",
-                             episodes=12)  # fmt: skip
+    pred = model_predictions(
+        lambda s, y, t: rng.random(len(t)), tiny_bank, "concept_iid", episodes=12
+    )
     np.savez(tmp_path / "scores.npz", **pred)
     from_file = score_file(tmp_path / "scores.npz", tiny_bank, "concept_iid", threshold=0.5)
-    direct = score_predictions(tiny_bank, "concept_iid", query_scores=pred["query_scores"],
-                               eval_scores=pred["eval_scores"], threshold=0.5)  # fmt: skip
+    direct = score_predictions(
+        tiny_bank,
+        "concept_iid",
+        query_scores=pred["query_scores"],
+        eval_scores=pred["eval_scores"],
+        threshold=0.5,
+    )
     assert from_file == direct and from_file["split"][0]["episodes"] == 12
     np.savez(tmp_path / "half.npz", query_scores=pred["query_scores"])
     with pytest.raises(ConfigError, match="lacks eval_scores;"):

@@ -119,8 +119,11 @@ def test_each_modality_has_an_encoder_sized_from_its_renderer(name):
     renderer's `to_input` batches (no modality switch in between)."""
     renderer = get_renderer(name, **SMALL_RENDER.get(name, {}))
     kw = encoder_options(renderer)
-    expected = {"schema": {}, "image": {"height": 64, "width": 96},
-                "sound": {"n_freq": 201, "n_frames": 161}}  # fmt: skip
+    expected = {
+        "schema": {},
+        "image": {"height": 64, "width": 96},
+        "sound": {"n_freq": 201, "n_frames": 161},
+    }
     if name in expected:
         assert kw == expected[name]
     out = renderer.render(sample_scenes(3, seed=5).records(range(3)))
@@ -345,8 +348,12 @@ def _order_change(model: ProtoNet, batch: dict, gen: torch.Generator) -> float:
         moved, q_order = _reordered(batch, gen)
         out = model(moved)
     rows = torch.arange(q_order.shape[0])[:, None]
-    pairs = [(out.logits, ref.logits[rows, q_order]), (out.prototypes, ref.prototypes),
-             (out.loss, ref.loss), (out.concept_loss, ref.concept_loss)]  # fmt: skip
+    pairs = [
+        (out.logits, ref.logits[rows, q_order]),
+        (out.prototypes, ref.prototypes),
+        (out.loss, ref.loss),
+        (out.concept_loss, ref.concept_loss),
+    ]
     return max(float((a - b).abs().max()) for a, b in pairs)
 
 

@@ -37,9 +37,17 @@ def _checkpoint(bank, path, *, bank_config=None):
     config = run.to_dict()
     if bank_config is not None:
         config["bank"] = bank_config
-    save_checkpoint({"format": CHECKPOINT_FORMAT, "step": 0, "model": model.state_dict(),
-                     "config": config, "bank_path": str(bank.path),
-                     "max_len": concept_max_len(bank)}, path)  # fmt: skip
+    save_checkpoint(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "step": 0,
+            "model": model.state_dict(),
+            "config": config,
+            "bank_path": str(bank.path),
+            "max_len": concept_max_len(bank),
+        },
+        path,
+    )
     return path
 
 
@@ -65,8 +73,15 @@ def test_per_concept_ap_averages_to_the_split_map(tiny_bank, tmp_path):
     model = build_model(run, make_renderer(run.modality))
     model.load_state_dict(torch.load(ckpt, weights_only=False)["model"])
     sampler = curi.EpisodeSampler(tiny_bank, split, "test", "hard", seed=0, size=40)
-    ep = evaluate_episodes(model, sampler, run.modality, device=torch.device("cpu"), batch_size=8,
-                           keep_episodes=True, max_len=concept_max_len(tiny_bank))  # fmt: skip
+    ep = evaluate_episodes(
+        model,
+        sampler,
+        run.modality,
+        device=torch.device("cpu"),
+        batch_size=8,
+        keep_episodes=True,
+        max_len=concept_max_len(tiny_bank),
+    )
     assert ep["episode_concepts"].tolist() == [sampler[i].concept for i in range(40)]
     for r in rows:
         mine = ep["episode_ap"][ep["episode_concepts"] == r["concept_id"]]
@@ -107,9 +122,18 @@ def test_curi_eval_writes_concepts_beside_metrics(tiny_bank, tiny_bank_dir, tmp_
     ckpt = _checkpoint(tiny_bank, tmp_path / "m.pt")
     out = tmp_path / "eval"
     with initialize_config_module(config_module="curi.conf", version_base="1.3"):
-        cfg = compose("eval", [f"checkpoint={ckpt}", "episodes=12", "num_workers=0",
-                               "batch_size=6", f"data_dir={tiny_bank_dir.parent}",
-                               f"output_dir={out}", "progress=false"])  # fmt: skip
+        cfg = compose(
+            "eval",
+            [
+                f"checkpoint={ckpt}",
+                "episodes=12",
+                "num_workers=0",
+                "batch_size=6",
+                f"data_dir={tiny_bank_dir.parent}",
+                f"output_dir={out}",
+                "progress=false",
+            ],
+        )
     models_cli.evaluate(cfg)
     metrics = json.loads((out / "metrics.json").read_text())
     assert "per_concept" not in metrics and metrics["oracles"]["episodes"] == 12

@@ -54,16 +54,24 @@ def _compose(name: str, overrides: list[str]):
 
 def _train_cfg(bank_dir: Path, out: Path, *overrides: str):
     """A composed `curi train` config: tiny bank (the session's), tiny schedule, no bars."""
-    base = ["bank=tiny", "train=tiny", f"data_dir={bank_dir.parent}", f"output_dir={out}",
-            "progress=false"]  # fmt: skip
+    base = [
+        "bank=tiny",
+        "train=tiny",
+        f"data_dir={bank_dir.parent}",
+        f"output_dir={out}",
+        "progress=false",
+    ]
     return _compose("train", base + list(overrides))
 
 
 def _curi(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from curi.cli import main; main()", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _log(run_dir: Path, tag: str) -> list[dict]:
@@ -168,8 +176,13 @@ def test_evaluation_matches_brute_force_average_precision(tiny_bank):
 # --- training --------------------------------------------------------------------------------
 def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_bank_dir, tmp_path):
     # The transformer pooler has dropout: the resumed steps must draw the same masks too.
-    over = ["pooling=transformer", "train.steps=6", "train.checkpoint_every=3",
-            "train.eval_every=100", "train.val_episodes=4"]  # fmt: skip
+    over = [
+        "pooling=transformer",
+        "train.steps=6",
+        "train.checkpoint_every=3",
+        "train.eval_every=100",
+        "train.val_episodes=4",
+    ]
     full = tmp_path / "full"
     models_cli.train(_train_cfg(tiny_bank_dir, full, *over))
     ckpt_dir = full / "checkpoints"
@@ -217,7 +230,7 @@ def test_concept_loss_falls_on_a_tiny_set(tiny_bank, tmp_path):
             checkpoint_every=40,
             val_episodes=4,
             num_workers=0,
-        ),  # fmt: skip
+        ),
         device="cpu",
     )
     summary = train(run, run_dir=tmp_path, bank=tiny_bank, progress=False)
@@ -268,9 +281,19 @@ def test_bad_configs_are_clear_errors(tiny_bank_dir, tmp_path):
 def test_curi_train_then_eval_write_checkpoints_and_metrics(tiny_bank_dir, tmp_path):
     data = f"data_dir={tiny_bank_dir.parent}"
     run = tmp_path / "run"
-    out = _curi("train", "bank=tiny", "train=tiny", data, f"output_dir={run}", "progress=false",
-                "train.steps=4", "train.eval_every=4", "train.checkpoint_every=2",
-                "train.val_episodes=8", cwd=tmp_path)  # fmt: skip
+    out = _curi(
+        "train",
+        "bank=tiny",
+        "train=tiny",
+        data,
+        f"output_dir={run}",
+        "progress=false",
+        "train.steps=4",
+        "train.eval_every=4",
+        "train.checkpoint_every=2",
+        "train.val_episodes=8",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout[out.stdout.index("{") :])
     assert summary["steps"] == 4 and summary["parameters"]["total"] > 0
@@ -281,8 +304,15 @@ def test_curi_train_then_eval_write_checkpoints_and_metrics(tiny_bank_dir, tmp_p
     assert not (tmp_path / "outputs").exists()  # config and log in output_dir, nothing elsewhere
 
     ev = tmp_path / "eval"
-    out = _curi("eval", f"checkpoint={run}", "episodes=20", "num_workers=0", f"output_dir={ev}",
-                "progress=false", cwd=tmp_path)  # fmt: skip
+    out = _curi(
+        "eval",
+        f"checkpoint={run}",
+        "episodes=20",
+        "num_workers=0",
+        f"output_dir={ev}",
+        "progress=false",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     metrics = json.loads((ev / "metrics.json").read_text())
     assert metrics["subset"] == "test" and metrics["episodes"] == 20
@@ -339,12 +369,23 @@ def test_two_processes_train_with_ddp_and_rank_0_writes(tiny_bank_dir, tmp_path)
     run_dir = tmp_path / "run"
     procs = []
     for rank in (0, 1):
-        env = os.environ | {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
-                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", _DDP_CHILD, str(tiny_bank_dir), str(run_dir)], env=env,
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
+        env = os.environ | {
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _DDP_CHILD, str(tiny_bank_dir), str(run_dir)],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         outs = [p.communicate(timeout=300) for p in procs]
     finally:
@@ -363,8 +404,12 @@ def test_two_processes_train_with_ddp_and_rank_0_writes(tiny_bank_dir, tmp_path)
 def test_resumed_run_logs_each_step_once(tiny_bank_dir, tmp_path):
     # A run killed after its checkpoint at step 3 logged steps 4..5; resuming it in the same
     # directory replays them: metrics.jsonl must hold each (tag, step) once, the replayed value.
-    over = ["train.steps=5", "train.checkpoint_every=3", "train.eval_every=3",
-            "train.val_episodes=4"]  # fmt: skip
+    over = [
+        "train.steps=5",
+        "train.checkpoint_every=3",
+        "train.eval_every=3",
+        "train.val_episodes=4",
+    ]
     run = tmp_path / "run"
     models_cli.train(_train_cfg(tiny_bank_dir, run, *over))
     first = _log(run, "train")
@@ -390,8 +435,12 @@ def _events(run_dir: Path) -> list[Path]:
 def test_rerun_into_a_run_folder_keeps_each_step_once(tiny_bank_dir, tmp_path, caplog):
     # A run folder holds one run: a rerun of a finished run reports it and trains nothing, a
     # rerun of one killed after a checkpoint resumes it, one killed before starts clean.
-    over = ["train.steps=4", "train.checkpoint_every=2", "train.eval_every=2",
-            "train.val_episodes=4"]  # fmt: skip
+    over = [
+        "train.steps=4",
+        "train.checkpoint_every=2",
+        "train.eval_every=2",
+        "train.val_episodes=4",
+    ]
     run = tmp_path / "run"
     models_cli.train(_train_cfg(tiny_bank_dir, run, *over))
     keys, metrics, first = _keys(run), (run / "metrics.jsonl").read_text(), _log(run, "train")

@@ -79,8 +79,18 @@ def test_paper_comparison():
     for split, (ms, _, mg, cs, cw, cg) in PAPER_GAP.items():
         for neg, shrink in (("hard", 0.0), ("easy", 0.05)):
             gap = max(mg - shrink, 0.0) if split != "instance_iid" else 0.0
-            rows.append(dict(split=split, negatives=neg, map_strong=ms, map_weak=ms - gap,
-                             map_gap=gap, cba_strong=cs, cba_weak=cw, cba_gap=cg))  # fmt: skip
+            rows.append(
+                dict(
+                    split=split,
+                    negatives=neg,
+                    map_strong=ms,
+                    map_weak=ms - gap,
+                    map_gap=gap,
+                    cba_strong=cs,
+                    cba_weak=cw,
+                    cba_gap=cg,
+                )
+            )
     text = paper_comparison(rows)
     assert "Pearson r 1.00" in text and "mean absolute error strong 0.000" in text
     assert "gap 0.000" in text and "shrink the mAP gap by 5.0 +- 0.0 points" in text
@@ -92,8 +102,10 @@ def test_paper_agreement_with_ties_and_nan():
     from curi.oracles.paper import _ranks, agreement
 
     np.testing.assert_array_equal(_ranks([0.5, 0.2, 0.5, 0.9]), [1.5, 0, 1.5, 3])
-    tied = [dict(split=s, negatives="hard", map_strong=0.9, map_weak=0.4, map_gap=0.5)
-            for s in ("counting", "boolean", "intrinsic")]  # fmt: skip
+    tied = [
+        dict(split=s, negatives="hard", map_strong=0.9, map_weak=0.4, map_gap=0.5)
+        for s in ("counting", "boolean", "intrinsic")
+    ]
     a = agreement(tied)
     assert np.isnan(a["pearson"]) and np.isnan(a["spearman"])  # no variance: undefined
     tied[0]["map_gap"] = float("nan")

@@ -42,9 +42,24 @@ def test_safe_name_accepts_plain_names(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["", ".", "..", "./../victim", "../victim", "/abs/victim", "a/b", "a\\b", ".hidden",
-             ".x.tmp-123", "sp ace", "tab\t", None, 3],
-)  # fmt: skip
+    "name",
+    [
+        "",
+        ".",
+        "..",
+        "./../victim",
+        "../victim",
+        "/abs/victim",
+        "a/b",
+        "a\\b",
+        ".hidden",
+        ".x.tmp-123",
+        "sp ace",
+        "tab\t",
+        None,
+        3,
+    ],
+)
 def test_safe_name_refuses_anything_but_one_plain_component(name):
     with pytest.raises(ConfigError, match="bank name .* is not a plain name"):
         safe_name(name, "bank name")
@@ -116,9 +131,18 @@ def test_plain_bank_names_still_build_under_data_dir(world):
 
 
 def test_curi_bank_with_escaping_name_and_force_is_one_line_error(world):
-    out = run_curi("bank", "bank=tiny", "bank.name=./../victim", "force=true",
-                   f"data_dir={world / 'data'}", "bank.num_scenes=1000", "bank.num_draws=1000",
-                   "progress=false", cwd=world, timeout=120)  # fmt: skip
+    out = run_curi(
+        "bank",
+        "bank=tiny",
+        "bank.name=./../victim",
+        "force=true",
+        f"data_dir={world / 'data'}",
+        "bank.num_scenes=1000",
+        "bank.num_draws=1000",
+        "progress=false",
+        cwd=world,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("curi bank: error: bank name './../victim'")
@@ -134,10 +158,20 @@ def _checkpoint(path: Path, bank: dict, *, data_dir=None, model=None, bank_path=
     from curi.models.checkpoint import CHECKPOINT_FORMAT
     from curi.models.config import RunConfig
 
-    run = RunConfig(bank=bank, modality={"name": "schema"}, pooling={"name": "avg"},
-                    embed_dim=16, data_dir=data_dir)  # fmt: skip
-    payload = {"format": CHECKPOINT_FORMAT, "step": 0, "config": run.to_dict(),
-               "bank_path": bank_path, "model": model or {}}  # fmt: skip
+    run = RunConfig(
+        bank=bank,
+        modality={"name": "schema"},
+        pooling={"name": "avg"},
+        embed_dim=16,
+        data_dir=data_dir,
+    )
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "step": 0,
+        "config": run.to_dict(),
+        "bank_path": bank_path,
+        "model": model or {},
+    }
     torch.save(payload, path)
     return path
 
@@ -177,10 +211,18 @@ def _eval_cfg(ckpt: Path, output_dir: Path, out: str):
     with initialize_config_module(config_module="curi.conf", version_base="1.3"):
         return compose(
             config_name="eval",
-            overrides=[f"checkpoint={ckpt}", f"output_dir={output_dir}", f"out={out}",
-                       "episodes=2", "oracles=false", "num_workers=0", "progress=false",
-                       "device=cpu", f"data_dir={ckpt.parent / 'data'}"],
-        )  # fmt: skip
+            overrides=[
+                f"checkpoint={ckpt}",
+                f"output_dir={output_dir}",
+                f"out={out}",
+                "episodes=2",
+                "oracles=false",
+                "num_workers=0",
+                "progress=false",
+                "device=cpu",
+                f"data_dir={ckpt.parent / 'data'}",
+            ],
+        )
 
 
 @pytest.fixture
@@ -192,8 +234,7 @@ def real_checkpoint(tiny_bank_dir, tmp_path):
     from curi.renderers import get_renderer
 
     bank = {**load_bank(tiny_bank_dir).config, "workers": 1}
-    run = RunConfig(bank=bank, modality={"name": "schema"}, pooling={"name": "avg"},
-                    embed_dim=16)  # fmt: skip
+    run = RunConfig(bank=bank, modality={"name": "schema"}, pooling={"name": "avg"}, embed_dim=16)
     with torch.random.fork_rng(devices=[]):
         model = build_model(run, get_renderer(name="schema")).state_dict()
     (tmp_path / "data").symlink_to(tiny_bank_dir.parent, target_is_directory=True)

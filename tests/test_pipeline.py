@@ -84,8 +84,9 @@ def test_render_packed_equals_render_of_the_records(tiny_bank, name):
     if name == "records_only":
         r = _RecordsOnly()
     else:
-        r = get_renderer(name, **{k: v for k, v in SMALL_IMAGE.items() if name == "image"
-                                  and k != "name"})  # fmt: skip
+        r = get_renderer(
+            name, **{k: v for k, v in SMALL_IMAGE.items() if name == "image" and k != "name"}
+        )
     ref = r.render(records)
     got = r.render_packed(pack_scenes(tiny_bank.scenes, ids))
     torch.testing.assert_close(got.data, ref.data, atol=1e-6, rtol=0)
@@ -106,12 +107,14 @@ def _reference_items(bank, sampler, renderer, indices, max_len):
         x = renderer.to_input(r.data)
         s = len(e.support_ids)
         item = {
-            "support": x[:s], "query": x[s:],
+            "support": x[:s],
+            "query": x[s:],
             "support_labels": torch.from_numpy(e.support_labels.astype(np.int64)),
             "query_labels": torch.from_numpy(e.query_labels.astype(np.int64)),
             "concept_tokens": tok.batch([e.concept_text], max_len=max_len)[0],
-            "concept": torch.tensor(e.concept), "index": torch.tensor(e.index),
-        }  # fmt: skip
+            "concept": torch.tensor(e.concept),
+            "index": torch.tensor(e.index),
+        }
         if r.mask is not None:
             item["support_mask"], item["query_mask"] = r.mask[:s], r.mask[s:]
         out.append(item)
@@ -174,8 +177,9 @@ def test_training_loader_batches_do_not_depend_on_workers(tiny_bank):
     for workers in (0, 1, 2):
         s = TrainSettings(steps=3, batch_size=4, num_workers=workers)
         run = RunConfig(bank=tiny_bank.config, train=s, device="cpu")
-        loader = train_loader(run, rt, pool, 4, start=1, renderer=make_renderer(run.modality),
-                               max_len=20)  # fmt: skip
+        loader = train_loader(
+            run, rt, pool, 4, start=1, renderer=make_renderer(run.modality), max_len=20
+        )
         runs.append(list(loader))
     assert len(runs[0]) == 2  # steps 1 and 2
     for other in runs[1:]:

@@ -33,9 +33,13 @@ def test_own_model_example_trains_and_scores_beside_the_oracles(tiny_bank_dir, t
     # The tiny bank of the test session is the README's `build_bank("tiny")` in this data dir.
     env = {**os.environ, "CURI_DATA_DIR": str(tiny_bank_dir.parent)}
     r = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
-    )  # fmt: skip
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("SCORES="))
     scores = json.loads(line.removeprefix("SCORES="))

@@ -117,14 +117,23 @@ def test_training_reads_the_cache(tiny_bank, built, tmp_path):
     root, cache = built
     renderer = make_renderer(IMAGE)
     pool = curi.EpisodeSampler(tiny_bank, "concept_iid", "train", "hard", seed=0, size=16)
-    s = TrainSettings(steps=2, batch_size=2, train_episodes=16, log_every=1, eval_every=2,
-                      checkpoint_every=2, val_episodes=2, num_workers=0, lr=1e-3)  # fmt: skip
-    run = RunConfig(bank=tiny_bank.config, modality=IMAGE, pooling={"name": "avg"}, train=s,
-                    device="cpu")  # fmt: skip
+    s = TrainSettings(
+        steps=2,
+        batch_size=2,
+        train_episodes=16,
+        log_every=1,
+        eval_every=2,
+        checkpoint_every=2,
+        val_episodes=2,
+        num_workers=0,
+        lr=1e-3,
+    )
+    run = RunConfig(
+        bank=tiny_bank.config, modality=IMAGE, pooling={"name": "avg"}, train=s, device="cpu"
+    )
     rt = start_runtime("cpu")
     live = list(train_loader(run, rt, pool, 2, start=0, renderer=renderer, max_len=20))
-    read = list(train_loader(run, rt, pool, 2, start=0, renderer=renderer, max_len=20,
-                             cache=cache))  # fmt: skip
+    read = list(train_loader(run, rt, pool, 2, start=0, renderer=renderer, max_len=20, cache=cache))
     for a, b in zip(live, read, strict=True):
         assert a.keys() == b.keys()
         for k in ("support", "query"):  # the cache fed these: the renders up to uint8 rounding

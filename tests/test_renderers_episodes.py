@@ -221,8 +221,9 @@ def test_rendered_images_load_as_an_imagefolder_with_labels_and_episodes(exporte
     datasets = pytest.importorskip("datasets")
     out = tmp_path / "img"
     args = ["modality=image", "modality.width=60", "modality.height=40", "limit=2"]
-    r = run_curi("episodes", "render", f"in={exported}", *args, "progress=false", f"out={out}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "episodes", "render", f"in={exported}", *args, "progress=false", f"out={out}", cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     d = datasets.load_dataset(
         "imagefolder", data_dir=str(out), split="train", cache_dir=str(tmp_path / "hf")
@@ -246,8 +247,9 @@ def test_rendered_images_load_as_an_imagefolder_with_labels_and_episodes(exporte
 
 def _tree(folder):
     """Every file under `folder` (relative name -> bytes), index.json without its source."""
-    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
-             if p.is_file()}  # fmt: skip
+    files = {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
     index = json.loads(files.pop("index.json"))
     return files, index
 
@@ -311,8 +313,11 @@ def test_rerender_interrupted_leaves_no_half_episode(exported, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         render_episode_file(exported, out, _FailsOnThird(width=60, height=40), progress=False)
     assert sorted(p.name for p in out.iterdir()) == [
-        "episode_00000", "episode_00000.npz", "episode_00001", "episode_00001.npz",
-    ]  # fmt: skip
+        "episode_00000",
+        "episode_00000.npz",
+        "episode_00001",
+        "episode_00001.npz",
+    ]
     assert len(list((out / "episode_00001").glob("*.png"))) == 50
     render_episode_file(exported, out, ImageRenderer(width=60, height=40), progress=False)
     assert json.loads((out / "index.json").read_text())["count"] == 3
@@ -337,15 +342,24 @@ def test_rerender_bad_records_in_a_worker_is_a_clean_error(exported, tmp_path):
 def test_cli_episodes_render_workers(exported, tmp_path):
     """`workers` (default: one per core) gives the files of `workers=1`; a bad value is one
     clear message."""
-    args = ["episodes", "render", f"in={exported}", "modality=image", "modality.width=60",
-            "modality.height=40", "limit=2", "progress=false"]  # fmt: skip
+    args = [
+        "episodes",
+        "render",
+        f"in={exported}",
+        "modality=image",
+        "modality.width=60",
+        "modality.height=40",
+        "limit=2",
+        "progress=false",
+    ]
     for name, extra in (("auto", []), ("one", ["workers=1"])):
         r = run_curi(*args, f"out={tmp_path / name}", *extra, cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
     assert _tree(tmp_path / "auto") == _tree(tmp_path / "one")
     # torch's own thread count here: forked workers must not inherit OpenMP threads (they hung)
-    r = run_curi(*args, f"out={tmp_path / 'n'}", "workers=2", "threads=null", cwd=tmp_path,
-                 timeout=150)  # fmt: skip
+    r = run_curi(
+        *args, f"out={tmp_path / 'n'}", "workers=2", "threads=null", cwd=tmp_path, timeout=150
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert _tree(tmp_path / "n") == _tree(tmp_path / "one")
     bad = run_curi(*args, f"out={tmp_path / 'x'}", "workers=0", cwd=tmp_path)

@@ -34,8 +34,16 @@ SR = CFG.sample_rate
 
 
 def obj(shape="cube", color="green", material="rubber", size="large", x=1, y=4):
-    return {"shape": shape, "color": color, "material": material, "size": size, "x": x,
-            "y": y, "position": [0.0, 0.0, 0.5], "rotation": 0.0}  # fmt: skip
+    return {
+        "shape": shape,
+        "color": color,
+        "material": material,
+        "size": size,
+        "x": x,
+        "y": y,
+        "position": [0.0, 0.0, 0.5],
+        "rotation": 0.0,
+    }
 
 
 def one(**kw) -> np.ndarray:

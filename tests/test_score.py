@@ -23,8 +23,9 @@ from curi.renderers.text_export import export_rule_tasks
 
 @pytest.fixture(scope="module")
 def sampler(tiny_bank):
-    return RuleTaskSampler(tiny_bank, make_split(tiny_bank, "concept_iid"), "test",
-                           rule_rate=0.5, theta=0.8, size=300)  # fmt: skip
+    return RuleTaskSampler(
+        tiny_bank, make_split(tiny_bank, "concept_iid"), "test", rule_rate=0.5, theta=0.8, size=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +51,22 @@ def test_consistency_matches_brute_force(tiny_bank, sampler):
             if trial == 0:
                 pred = gold
             elif trial == 1:  # flip a few gold replies and qualifiers
-                pred = [(("0" if r == "1" else "1") if rng.random() < 0.3 else r,
-                         ("D" if q == "M" else "M") if rng.random() < 0.3 else q)
-                        for r, q in gold]  # fmt: skip
+                pred = [
+                    (
+                        ("0" if r == "1" else "1") if rng.random() < 0.3 else r,
+                        ("D" if q == "M" else "M") if rng.random() < 0.3 else q,
+                    )
+                    for r, q in gold
+                ]
             else:
-                pred = [(str(rng.choice(["1", "0", "?"])), str(rng.choice(["M", "D"])))
-                        for _ in gold]  # fmt: skip
+                pred = [
+                    (str(rng.choice(["1", "0", "?"])), str(rng.choice(["M", "D"]))) for _ in gold
+                ]
             replies, quals = [r for r, _ in pred], [q for _, q in pred]
-            holds = [None if r == "?" else (a if r == "1" else set(hyps) - a)
-                     for r, a in zip(replies, answers, strict=True)]  # fmt: skip
+            holds = [
+                None if r == "?" else (a if r == "1" else set(hyps) - a)
+                for r, a in zip(replies, answers, strict=True)
+            ]
             want = brute_consistency(holds, quals, set(hyps))
             assert consistency_counts(task["worlds"], replies, quals) == want, (i, pred)
             if trial == 0:
@@ -128,9 +136,10 @@ def test_predictions_files_and_their_errors(task_set, tmp_path):
         ],
     )
     assert read_predictions(js, tasks) == read_predictions(plain, tasks)
-    fields = _write(tmp_path / "f.jsonl", [json.dumps({"reply": r["reply"],
-                                                       "qualifier": r["qualifier"]})
-                                           for r in rows])  # fmt: skip
+    fields = _write(
+        tmp_path / "f.jsonl",
+        [json.dumps({"reply": r["reply"], "qualifier": r["qualifier"]}) for r in rows],
+    )
     assert read_predictions(fields, tasks) == read_predictions(plain, tasks)
     targets = [r["target"] for r in rows]
     cases = [
@@ -163,8 +172,9 @@ def test_curi_score(task_set, tmp_path):
     rows = [json.loads(s) for s in task_set["text_jsonl"].read_text().splitlines()]
     preds = _write(tmp_path / "preds.txt", ["0 M"] * len(rows))
     out = tmp_path / "scores.json"
-    r = run_curi("score", f"tasks={task_set['tasks']}", f"predictions={preds}", f"out={out}",
-                 cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "score", f"tasks={task_set['tasks']}", f"predictions={preds}", f"out={out}", cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert "| oracle | 100.0 | 100.0 | 100.0 | 100.0 |" in r.stdout
     scores = json.loads(out.read_text())

@@ -34,21 +34,31 @@ def test_program_graph_root_and_canonical_order():
 
 def test_two_three_four_ls_of_a_hand_made_tree():
     two = local_structures(RED, n=2)
-    assert sorted(two) == sorted([
-        ("pc", (ROOT, "exists=")), ("pc", ("exists=", "=")), ("pc", ("=", "red")),
-        ("pc", ("=", "color?")), ("pc", ("color?", "x")), ("sib", ("red", "color?")),
-    ])  # fmt: skip
+    assert sorted(two) == sorted(
+        [
+            ("pc", (ROOT, "exists=")),
+            ("pc", ("exists=", "=")),
+            ("pc", ("=", "red")),
+            ("pc", ("=", "color?")),
+            ("pc", ("color?", "x")),
+            ("sib", ("red", "color?")),
+        ]
+    )
     three = set(local_structures(RED, n=3)) - set(two)
     assert three == {
-        ("pcc", (ROOT, "exists=", "=")), ("pcc", ("exists=", "=", "red")),
-        ("pcc", ("exists=", "=", "color?")), ("pcc", ("=", "color?", "x")),
+        ("pcc", (ROOT, "exists=", "=")),
+        ("pcc", ("exists=", "=", "red")),
+        ("pcc", ("exists=", "=", "color?")),
+        ("pcc", ("=", "color?", "x")),
         ("pss", ("=", "red", "color?")),
-    }  # fmt: skip
+    }
     four = set(local_structures(RED, n=4)) - set(local_structures(RED, n=3))
     assert four == {
-        ("pccc", (ROOT, "exists=", "=", "red")), ("pccc", (ROOT, "exists=", "=", "color?")),
-        ("pccc", ("exists=", "=", "color?", "x")), ("gpss", ("exists=", "=", "red", "color?")),
-    }  # fmt: skip
+        ("pccc", (ROOT, "exists=", "=", "red")),
+        ("pccc", (ROOT, "exists=", "=", "color?")),
+        ("pccc", ("exists=", "=", "color?", "x")),
+        ("gpss", ("exists=", "=", "red", "color?")),
+    }
 
 
 def test_nosib_and_nopc_shapes_and_commutative_order():
@@ -111,8 +121,12 @@ def test_best_similarity_matches_brute_force(tiny_bank, kind, n):
 
 def test_easiness_rule_on_hand_made_concepts():
     assert easiness([RED, CUBE], [RED, CUBE]) == [1.0, 1.0]
-    train = [RED, CUBE, "x color? blue = x shape? cube = or lambda S. exists=",
-             "x color? blue = not lambda S. exists="]  # fmt: skip
+    train = [
+        RED,
+        CUBE,
+        "x color? blue = x shape? cube = or lambda S. exists=",
+        "x color? blue = not lambda S. exists=",
+    ]
     # unobserved: pc(or not), sib(not =); observed and similar: pc(or =), sib(= =)
     test = ["x color? red = not x shape? cube = or lambda S. exists="]
     assert 0 < easiness(train, test)[0] < 1
@@ -126,8 +140,12 @@ def test_easiness_rule_on_hand_made_concepts():
 
 
 def test_easiness_is_the_min_over_unobserved_structures():
-    train = [RED, CUBE, "x color? blue = x shape? cube = or lambda S. exists=",
-             "x color? blue = not lambda S. exists="]  # fmt: skip
+    train = [
+        RED,
+        CUBE,
+        "x color? blue = x shape? cube = or lambda S. exists=",
+        "x color? blue = not lambda S. exists=",
+    ]
     test = "x color? red = not x shape? cube = or lambda S. exists="
     index = StructureIndex([*train, test], n=2)
     tr = np.arange(4)

@@ -34,8 +34,9 @@ def _sampler(bank, split, **kw):
 
 def _brute(bank, split, opts):
     space = split.train if opts.get("hypotheses") == "weak" else None
-    return BruteOracle(bank, space, theta=opts.get("theta", 0.9),
-                       negatives=opts.get("negatives", "hard"))  # fmt: skip
+    return BruteOracle(
+        bank, space, theta=opts.get("theta", 0.9), negatives=opts.get("negatives", "hard")
+    )
 
 
 @pytest.mark.parametrize("name,opts,n", SETTINGS, ids=[s[0] for s in SETTINGS])
@@ -97,8 +98,9 @@ def test_user_rules_parse_execute_and_match_brute_force(tiny_bank, split):
 
 
 def test_classes_are_spread_and_the_mix_is_reported(tiny_bank, split):
-    tasks = [t.to_dict() for t in (_sampler(tiny_bank, split, rule_rate=0.5)[i]
-                                   for i in range(200))]  # fmt: skip
+    tasks = [
+        t.to_dict() for t in (_sampler(tiny_bank, split, rule_rate=0.5)[i] for i in range(200))
+    ]
     mix = class_mix(tasks)
     assert mix["tasks"] == 200 and mix["requests"] == 2400
     assert mix["request"]["rule"]["share"] == mix["request"]["scene"]["share"] == 0.5

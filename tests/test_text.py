@@ -18,8 +18,9 @@ DISCRETE = ("size", "color", "material", "shape", "x", "y")
 
 @pytest.fixture(scope="module")
 def sampler(tiny_bank):
-    return RuleTaskSampler(tiny_bank, make_split(tiny_bank, "binding_color"), "test",
-                           rule_rate=0.5, size=40)  # fmt: skip
+    return RuleTaskSampler(
+        tiny_bank, make_split(tiny_bank, "binding_color"), "test", rule_rate=0.5, size=40
+    )
 
 
 def _objects(record):
@@ -33,8 +34,9 @@ def test_scene_text_from_records_and_from_the_bank_agree(tiny_bank):
     text = scene_text(records[0])
     assert text.count(";") == len(records[0]["objects"]) - 1
     o = records[0]["objects"][0]
-    assert text.startswith(f"{o['size']} {o['color']} {o['material']} {o['shape']} at "
-                           f"({o['x']}, {o['y']})")  # fmt: skip
+    assert text.startswith(
+        f"{o['size']} {o['color']} {o['material']} {o['shape']} at ({o['x']}, {o['y']})"
+    )
     with pytest.raises(ValueError, match="object 0"):
         scene_text({"objects": [{"shape": "torus"}]})
     with pytest.raises(ValueError, match="by id"):
@@ -68,14 +70,17 @@ def test_round_trip_of_the_structured_fields(tiny_bank, sampler):
     assert n_rules > 0
 
 
-@pytest.mark.parametrize("bad,line", [
-    ("contexts:\nrequest: scene: small red rubber cube at (1, 2)", 1),
-    ("context:\nexample: small red rubber cube at (1, 2) => 2\nrequest: equals r", 2),
-    ("context:\nexample: small red wooden cube at (1, 2) => 1\nrequest: equals r", 2),
-    ("context:\nrule: entails r => 1\nrequest: equals r", 2),
-    ("context:\nrequest: entails r", 2),
-    ("context:\nexample: small red rubber cube at (1, 2) => 1", 2),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad,line",
+    [
+        ("contexts:\nrequest: scene: small red rubber cube at (1, 2)", 1),
+        ("context:\nexample: small red rubber cube at (1, 2) => 2\nrequest: equals r", 2),
+        ("context:\nexample: small red wooden cube at (1, 2) => 1\nrequest: equals r", 2),
+        ("context:\nrule: entails r => 1\nrequest: equals r", 2),
+        ("context:\nrequest: entails r", 2),
+        ("context:\nexample: small red rubber cube at (1, 2) => 1", 2),
+    ],
+)
 def test_bad_text_names_the_line(bad, line):
     with pytest.raises(TextFormatError, match=f"line {line}"):
         parse_input(bad)
@@ -102,12 +107,22 @@ def test_export_loads_with_datasets(sampler, tmp_path):
 
 def test_curi_rules_writes_a_task_set_and_prints_the_mix(tiny_bank_dir, tmp_path):
     rules_file = tmp_path / "rules.txt"
-    rules_file.write_text("# my rules\nx color? red = lambda S. exists=\n\n"
-                          "x shape? cube = lambda S. for-all=\n")  # fmt: skip
+    rules_file.write_text(
+        "# my rules\nx color? red = lambda S. exists=\n\nx shape? cube = lambda S. for-all=\n"
+    )
     out = tmp_path / "rules"
-    r = run_curi("rules", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=12",
-                 f"out={out}", "split=binding_color", "rule_rate=0.5", f"rules={rules_file}",
-                 "progress=false", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "rules",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "n=12",
+        f"out={out}",
+        "split=binding_color",
+        "rule_rate=0.5",
+        f"rules={rules_file}",
+        "progress=false",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "request:" in r.stdout and "class:" in r.stdout and "? D" in r.stdout
     tasks = [json.loads(s) for s in (out / "tasks.jsonl").read_text().splitlines()]
@@ -115,8 +130,15 @@ def test_curi_rules_writes_a_task_set_and_prints_the_mix(tiny_bank_dir, tmp_path
     asked = {q["rule"] for t in tasks for q in t["requests"] if q["kind"] != "scene"}
     assert asked <= {"x color? red = lambda S. exists=", "x shape? cube = lambda S. for-all="}
     rules_file.write_text("x color? red = lambda S. exists=\nx colour? red = lambda S. exists=\n")
-    bad = run_curi("rules", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=2",
-                   f"out={out}", f"rules={rules_file}", cwd=tmp_path)  # fmt: skip
+    bad = run_curi(
+        "rules",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        "n=2",
+        f"out={out}",
+        f"rules={rules_file}",
+        cwd=tmp_path,
+    )
     assert bad.returncode == 2
     assert "line 2" in bad.stderr and "does not parse" in bad.stderr
     assert bad.stderr.count("\n") <= 2 and "Traceback" not in bad.stderr
@@ -124,8 +146,7 @@ def test_curi_rules_writes_a_task_set_and_prints_the_mix(tiny_bank_dir, tmp_path
 
 def test_exported_episodes_re_render_as_text(tiny_bank, tmp_path):
     split = make_split(tiny_bank, "concept_iid")
-    out = export_episodes(tiny_bank, split, "test", tmp_path / "eps.jsonl", n=3,
-                          progress=False)  # fmt: skip
+    out = export_episodes(tiny_bank, split, "test", tmp_path / "eps.jsonl", n=3, progress=False)
     paths = render_episodes_as_text(out["episodes"], tmp_path / "text", progress=False)
     rows = [json.loads(s) for s in paths["text_jsonl"].read_text().splitlines()]
     eps = [json.loads(s) for s in (tmp_path / "eps.jsonl").read_text().splitlines()]
@@ -144,8 +165,15 @@ def test_curi_episodes_render_text(tiny_bank, tmp_path):
     """`curi episodes render ... text=true`: any exported episode set re-rendered as text rows."""
     split = make_split(tiny_bank, "binding_color")
     out = export_episodes(tiny_bank, split, "test", tmp_path / "eps.jsonl", n=2, progress=False)
-    r = run_curi("episodes", "render", f"in={out['episodes']}", f"out={tmp_path / 'txt'}",
-                 "text=true", "progress=false", cwd=tmp_path)  # fmt: skip
+    r = run_curi(
+        "episodes",
+        "render",
+        f"in={out['episodes']}",
+        f"out={tmp_path / 'txt'}",
+        "text=true",
+        "progress=false",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     rows = [json.loads(s) for s in (tmp_path / "txt" / "text.jsonl").read_text().splitlines()]
     assert len(rows) == 50 and {row["target"] for row in rows} == {"0", "1"}

@@ -161,8 +161,9 @@ def adversarial_splits(
         scored.append((float(e.mean()), index.structures[s], s, tau, held, test, train))
     scored.sort(key=lambda r: (r[0], r[1]))
     kept = scored[: opt.top] if opt.half else [r for r in scored if r[0] < opt.max_easiness]
-    log.info("adversarial: %d structures, %d distinct valid splits, %d kept", k, len(found),
-             len(kept))  # fmt: skip
+    log.info(
+        "adversarial: %d structures, %d distinct valid splits, %d kept", k, len(found), len(kept)
+    )
     out = []
     for j, (mean_e, st, _s, tau, held, test, train) in enumerate(kept):
         sp = finish(f"{name}-{j}", bank, train, test, val=val, val_fraction=val_fraction, seed=seed)
@@ -185,9 +186,13 @@ def adversarial(spec: SplitSpec, bank) -> Split:
     """The `pick`-th hardest adversarial split; every kept one written to `save_dir` if set."""
     opt = spec.options
     splits = adversarial_splits(
-        bank, name=spec.name, options=opt, val=spec.val, val_fraction=spec.val_fraction,
+        bank,
+        name=spec.name,
+        options=opt,
+        val=spec.val,
+        val_fraction=spec.val_fraction,
         seed=spec.seed,
-    )  # fmt: skip
+    )
     if opt.save_dir:
         d = Path(opt.save_dir).expanduser()
         for sp in splits:

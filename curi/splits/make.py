@@ -142,14 +142,18 @@ def _empty_hint(spec: SplitSpec | None, bank, part: str) -> str:
     if spec.rule == "random_groups":
         i = SUBSETS.index(part)
         groups = len(np.unique(np.asarray(bank.groups)))
-        return (f"raise fractions[{i}] (this bank has {groups} synonym groups; a share of 0 "
-                f"asks for an empty {part})")  # fmt: skip
+        return (
+            f"raise fractions[{i}] (this bank has {groups} synonym groups; a share of 0 "
+            f"asks for an empty {part})"
+        )
     if spec.val == "disjoint" and part in ("val", "test"):
         return ("raise" if part == "val" else "lower") + " val_fraction, or use val: same_as_test"
     if spec.rule == "length":
         lo, hi = int(np.min(bank.lengths)), int(np.max(bank.lengths))
-        return (f"choose a threshold in {lo + 1}..{hi} (train: length < threshold; this "
-                f"bank's concepts have {lo}..{hi} tokens)")  # fmt: skip
+        return (
+            f"choose a threshold in {lo + 1}..{hi} (train: length < threshold; this "
+            f"bank's concepts have {lo}..{hi} tokens)"
+        )
     keys = {"binding": "held_out and held_in", "pairs": "pairs and condition"}
     return f"change the rule's {keys.get(spec.rule, 'options')} (rule {spec.rule})"
 

@@ -274,9 +274,15 @@ class _Greedy:
     """The greedy of Conceptual SCAN, Appendix F, on sides[0] (train) against sides[1:] (test
     or val and test); `grow` maps a side to its target size, the other sides stay fixed."""
 
-    def __init__(self, units: _Units, opts: McdOptions, rng: np.random.Generator,
-                 sides: list[_Side], pool: np.ndarray,
-                 weights: list[float] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        units: _Units,
+        opts: McdOptions,
+        rng: np.random.Generator,
+        sides: list[_Side],
+        pool: np.ndarray,
+        weights: list[float] | None = None,
+    ) -> None:
         self.u, self.o, self.rng, self.sides = units, opts, rng, sides
         self.pool = _Members(len(units), pool)
         self.target = opts.target_dc
@@ -309,7 +315,7 @@ class _Greedy:
             total += float(
                 self._value(
                     kc, ka, miss, s0.c.sum(), sj.c.sum(), s0.a.sum(), sj.a.sum(), self.weights[j]
-                )  # fmt: skip
+                )
             )
         return total
 
@@ -341,8 +347,10 @@ class _Greedy:
                 continue
             if d0 and dj:  # both sides change: every key of the candidate
                 r, k, x = rc, keys, xc
-                new = (np.maximum(s0.c[k] + d0 * x, 0) ** s0.power
-                       * np.maximum(sj.c[k] + dj * x, 0) ** sj.power)  # fmt: skip
+                new = (
+                    np.maximum(s0.c[k] + d0 * x, 0) ** s0.power
+                    * np.maximum(sj.c[k] + dj * x, 0) ** sj.power
+                )
                 delta = new - s0.cpow[k] * sj.cpow[k]
             else:
                 mover, other, sign = (s0, sj, d0) if d0 else (sj, s0, dj)
@@ -359,8 +367,16 @@ class _Greedy:
             ajn = np.maximum(sj.a + dj * atom, 0)
             ka_new = np.sum(np.sqrt(a0n) * np.sqrt(ajn), axis=1)
             miss_new = np.sum((sj.p + dj * pres > 0.5) & (s0.p + d0 * pres < m), axis=1)
-            total += self._value(kc_new, ka_new, miss_new, c0 + d0 * mass_c, cj + dj * mass_c,
-                                 a0 + d0 * mass_a, aj + dj * mass_a, self.weights[j])  # fmt: skip
+            total += self._value(
+                kc_new,
+                ka_new,
+                miss_new,
+                c0 + d0 * mass_c,
+                cj + dj * mass_c,
+                a0 + d0 * mass_a,
+                aj + dj * mass_a,
+                self.weights[j],
+            )
             dmiss_all += miss_new - miss
         return total, dmiss_all
 
@@ -547,8 +563,9 @@ def _cycles(opts: McdOptions, n: int) -> int:
     return round(opts.refine * n)
 
 
-def _grow(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int], restart: int,
-          bar=None) -> dict:  # fmt: skip
+def _grow(
+    units: _Units, opts: McdOptions, seed: int, grow: dict[int, int], restart: int, bar=None
+) -> dict:
     """One restart of the greedy's growth, with its generator derived from (seed, restart):
     its objective, the members of both sides and of the pool (in sampling order) and the
     generator's state, from which `_resume` rebuilds it."""
@@ -556,16 +573,22 @@ def _grow(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int], rest
     sides = [_Side(units, COMPOUND_ALPHA), _Side(units, 1 - COMPOUND_ALPHA)]
     g = _Greedy(units, opts, rng, sides, np.arange(len(units)))
     g.run(grow, bar)
-    return {"restart": restart, "objective": g.objective(), "pool": g.pool.view().copy(),
-            "sides": [x.members.view().copy() for x in sides],
-            "rng": rng.bit_generator.state}  # fmt: skip
+    return {
+        "restart": restart,
+        "objective": g.objective(),
+        "pool": g.pool.view().copy(),
+        "sides": [x.members.view().copy() for x in sides],
+        "rng": rng.bit_generator.state,
+    }
 
 
 def _resume(units: _Units, opts: McdOptions, run: dict) -> _Greedy:
     rng = np.random.Generator(np.random.PCG64())
     rng.bit_generator.state = run["rng"]
-    sides = [_Side(units, COMPOUND_ALPHA).fill(units, run["sides"][0]),
-             _Side(units, 1 - COMPOUND_ALPHA).fill(units, run["sides"][1])]  # fmt: skip
+    sides = [
+        _Side(units, COMPOUND_ALPHA).fill(units, run["sides"][0]),
+        _Side(units, 1 - COMPOUND_ALPHA).fill(units, run["sides"][1]),
+    ]
     return _Greedy(units, opts, rng, sides, run["pool"])
 
 
@@ -601,8 +624,9 @@ def _grow_in_worker(restart: int) -> dict:
     return run
 
 
-def _best_growth(units: _Units, opts: McdOptions, seed: int, grow: dict[int, int],
-                 desc: str) -> tuple[_Greedy, dict]:  # fmt: skip
+def _best_growth(
+    units: _Units, opts: McdOptions, seed: int, grow: dict[int, int], desc: str
+) -> tuple[_Greedy, dict]:
     """Run the growth `opts.restarts` times, in `opts.workers` processes (0: one per core),
     and rebuild the run with the highest objective (the lowest restart on a tie): the
     greedy's outcome varies by several hundredths of D_C with its random samples. With a
@@ -689,8 +713,9 @@ def mcd_units(bank, opts: McdOptions, seed: int) -> tuple[list[set[int]], _Units
     trval, test = g.sides
     train = _Side(units, COMPOUND_ALPHA).fill(units, trval.members.view())
     val = _Side(units, 1 - COMPOUND_ALPHA)
-    g2 = _Greedy(units, opts, g.rng, [train, val, test], g.pool.view(),
-                 weights=[1.0, opts.val_weight, 1.0])  # fmt: skip
+    g2 = _Greedy(
+        units, opts, g.rng, [train, val, test], g.pool.view(), weights=[1.0, opts.val_weight, 1.0]
+    )
     bar = _bar(opts.progress, n_val, "mcd 2/2")
     g2.divide(0, 1, n_val, bar)
     info["d_compound_stage1"] = round(g.compound_divergence(1), 4)
@@ -732,12 +757,16 @@ def mcd(spec: SplitSpec, bank) -> Split:
     used = np.zeros(len(bank), dtype=bool)
     used[np.concatenate([train, val, test])] = True
     split = Split(spec.name, train, val, test, np.flatnonzero(~used))
-    check_split(split if va_u else Split(spec.name, train, test[:0], test, split.dropped),
-                bank, grouped=True)  # fmt: skip
+    check_split(
+        split if va_u else Split(spec.name, train, test[:0], test, split.dropped),
+        bank,
+        grouped=True,
+    )
     index = units.index
     d = index.divergences(train, test, weighting=opts.weighting)
-    base = index.random_baseline(train, test, seed=spec.seed, pool=np.arange(len(bank)),
-                                 weighting=opts.weighting)  # fmt: skip
+    base = index.random_baseline(
+        train, test, seed=spec.seed, pool=np.arange(len(bank)), weighting=opts.weighting
+    )
     counts = np.asarray(units.presence[np.fromiter(tr_u, np.int64)].sum(axis=0)).ravel()
     test_atoms = np.asarray(units.presence[np.fromiter(te_u, np.int64)].sum(axis=0)).ravel() > 0
     if va_u:
@@ -765,17 +794,25 @@ def mcd(spec: SplitSpec, bank) -> Split:
         info.update(d_atom_val=round(dv.atom, 4), d_compound_val=round(dv.compound, 4))
     problems = []
     if d.atom > opts.max_da + 1e-9:
-        problems.append(f"D_A {d.atom:.4f} is above max_da {opts.max_da} (raise max_da, or "
-                        "lower the train / test shares)")  # fmt: skip
+        problems.append(
+            f"D_A {d.atom:.4f} is above max_da {opts.max_da} (raise max_da, or "
+            "lower the train / test shares)"
+        )
     if opts.target_dc is not None and abs(d.compound - opts.target_dc) > opts.tolerance:
-        problems.append(f"D_C {d.compound:.4f} is off target_dc {opts.target_dc} by more than "
-                        f"tolerance {opts.tolerance} (target_dc: null gives the highest D_C "
-                        "this generator reaches)")  # fmt: skip
+        problems.append(
+            f"D_C {d.compound:.4f} is off target_dc {opts.target_dc} by more than "
+            f"tolerance {opts.tolerance} (target_dc: null gives the highest D_C "
+            "this generator reaches)"
+        )
     if absent:
-        problems.append(f"{absent} test atoms occur in fewer than {opts.min_atom_count} train "
-                        "concepts (lower min_atom_count or the test share)")  # fmt: skip
+        problems.append(
+            f"{absent} test atoms occur in fewer than {opts.min_atom_count} train "
+            "concepts (lower min_atom_count or the test share)"
+        )
     if problems:
-        raise SplitError(f"split {spec.name!r} (rule mcd) cannot meet the request: reached "
-                         f"D_C {d.compound:.4f}, D_A {d.atom:.4f} with {len(tr_u)} / {len(te_u)} "
-                         f"train / test groups; " + "; ".join(problems))  # fmt: skip
+        raise SplitError(
+            f"split {spec.name!r} (rule mcd) cannot meet the request: reached "
+            f"D_C {d.compound:.4f}, D_A {d.atom:.4f} with {len(tr_u)} / {len(te_u)} "
+            f"train / test groups; " + "; ".join(problems)
+        )
     return Split(split.name, split.train, split.val, split.test, split.dropped, info)

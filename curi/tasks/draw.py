@@ -130,8 +130,9 @@ def pick_balanced(rng: np.random.Generator, classes: list[str], k: int) -> list[
     return picked
 
 
-def draw_context_rule(rng, bank, concept: int, hyps: Hypotheses, cands: RuleRows,
-                      tries: int = 8) -> int | None:  # fmt: skip
+def draw_context_rule(
+    rng, bank, concept: int, hyps: Hypotheses, cands: RuleRows, tries: int = 8
+) -> int | None:
     """Position in `cands` of a rule to assert, ``implies r`` true for the hidden concept: one
     that removes some hypothesis of H_D if any does, else any true one, else None. The hidden
     concept's own synonyms are never asserted (that would give the answer away)."""

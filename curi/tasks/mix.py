@@ -11,8 +11,13 @@ from curi.tasks.replies import CLASSES, KINDS, QUALIFIERS, REPLIES
 
 __all__ = ["ClassMix", "class_mix", "format_mix"]
 
-_ORDER = {"request": ("rule", "scene"), "kind": KINDS, "reply": REPLIES,
-          "qualifier": QUALIFIERS, "class": CLASSES}  # fmt: skip
+_ORDER = {
+    "request": ("rule", "scene"),
+    "kind": KINDS,
+    "reply": REPLIES,
+    "qualifier": QUALIFIERS,
+    "class": CLASSES,
+}
 
 
 class ClassMix:
@@ -40,8 +45,9 @@ class ClassMix:
         total = sum(self.counts["reply"].values())
 
         def shares(c: Counter, order) -> dict:
-            return {k: {"count": c[k], "share": round(c[k] / total, 4) if total else 0.0}
-                    for k in order}  # fmt: skip
+            return {
+                k: {"count": c[k], "share": round(c[k] / total, 4) if total else 0.0} for k in order
+            }
 
         per_task = round(self.context_rules / self.tasks, 4) if self.tasks else 0.0
         return {
@@ -62,8 +68,10 @@ def class_mix(tasks: Iterable[dict]) -> dict:
 
 def format_mix(mix: dict) -> str:
     """The class mix as a few readable lines (percentages)."""
-    lines = [f"{mix['tasks']} tasks, {mix['requests']} requests, "
-             f"{mix['context_rules_per_task']:g} context rules per task"]  # fmt: skip
+    lines = [
+        f"{mix['tasks']} tasks, {mix['requests']} requests, "
+        f"{mix['context_rules_per_task']:g} context rules per task"
+    ]
     for name in _ORDER:
         parts = [f"{k} {v['share'] * 100:.1f}%" for k, v in mix[name].items()]
         lines.append(f"{name + ':':<11}" + "  ".join(parts))

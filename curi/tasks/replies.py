@@ -162,9 +162,16 @@ class RuleRows:
         return cls(rows, np.arange(len(canon))), canon
 
 
-def relation(truth: np.ndarray, hyps: np.ndarray, rules: RuleRows, kind, *,
-             exact: bool = True, union: Callable[[], np.ndarray] | None = None,
-             sketch: int = SKETCH_WORDS) -> np.ndarray:  # fmt: skip
+def relation(
+    truth: np.ndarray,
+    hyps: np.ndarray,
+    rules: RuleRows,
+    kind,
+    *,
+    exact: bool = True,
+    union: Callable[[], np.ndarray] | None = None,
+    sketch: int = SKETCH_WORDS,
+) -> np.ndarray:
     """Whether each hypothesis stands in relation `kind` to each rule, on the scene pool.
 
     ``implies``: h holds on no scene r rejects; ``excludes``: h and r hold together on no
@@ -238,12 +245,14 @@ class Hypotheses:
     def __len__(self) -> int:
         return len(self.reps)
 
-    def answers(self, rules: RuleRows, kind, *, exact: bool = True,
-                sketch: int = SKETCH_WORDS) -> np.ndarray:  # fmt: skip
+    def answers(
+        self, rules: RuleRows, kind, *, exact: bool = True, sketch: int = SKETCH_WORDS
+    ) -> np.ndarray:
         """(G, K) answers of the hypotheses to the requests `kind` r (one kind, or one per
         rule) for the rules (see `relation`)."""
-        return relation(self.truth, self.reps, rules, kind, exact=exact, union=self.union,
-                        sketch=sketch)  # fmt: skip
+        return relation(
+            self.truth, self.reps, rules, kind, exact=exact, union=self.union, sketch=sketch
+        )
 
     def union(self) -> np.ndarray:
         """OR of the representatives' rows past the sketch words (computed once)."""

@@ -47,10 +47,18 @@ class Request:
     p: float
 
     def to_dict(self) -> dict:
-        head = {"kind": "scene", "id": self.id} if self.kind == "scene" else {
-            "kind": self.kind, "rule": self.rule}  # fmt: skip
-        return {**head, "label": self.label, "reply": self.reply, "qualifier": self.qualifier,
-                "p": round(self.p, 6)}  # fmt: skip
+        head = (
+            {"kind": "scene", "id": self.id}
+            if self.kind == "scene"
+            else {"kind": self.kind, "rule": self.rule}
+        )
+        return {
+            **head,
+            "label": self.label,
+            "reply": self.reply,
+            "qualifier": self.qualifier,
+            "p": round(self.p, 6),
+        }
 
 
 @dataclass(frozen=True)
@@ -86,13 +94,15 @@ class RuleTask:
             "index": self.index,
             "concept": self.concept_text,
             "concept_index": self.concept,
-            "support": [{"id": int(i), "label": int(y)}
-                        for i, y in zip(self.support_ids, self.support_labels, strict=True)],
+            "support": [
+                {"id": int(i), "label": int(y)}
+                for i, y in zip(self.support_ids, self.support_labels, strict=True)
+            ],
             "context_rules": [{"kind": k, "rule": r} for k, r in self.context_rules],
             "requests": [r.to_dict() for r in self.requests],
             "worlds": list(self.worlds),
             "num_hypotheses": self.num_hypotheses,
-        }  # fmt: skip
+        }
 
 
 class RuleTaskSampler:
@@ -170,8 +180,9 @@ class RuleTaskSampler:
         self.negatives, self.seed, self.hypotheses = negatives, self.episodes.seed, hypotheses
         self.prior, self.likelihood = prior, likelihood
         space = None if hypotheses == "strong" else split.train
-        self.posterior = Posterior(bank, space, prior=prior, likelihood=likelihood,
-                                   negatives=negatives)  # fmt: skip
+        self.posterior = Posterior(
+            bank, space, prior=prior, likelihood=likelihood, negatives=negatives
+        )
         self.rules = self._user_rules(rules)
         self._tag = f"{split.name}:{subset}:{negatives}"
 
@@ -202,14 +213,23 @@ class RuleTaskSampler:
     def settings(self) -> dict:
         """The arguments that determine the tasks (recorded beside an exported set)."""
         return {
-            "split": self.split.name, "subset": self.subset, "negatives": self.negatives,
-            "seed": self.seed, "hypotheses": self.hypotheses, "theta": self.theta,
-            "rule_rate": self.rule_rate, "kinds": list(self.kinds),
-            "scene_requests": self.scene_requests, "rules_per_kind": self.rules_per_kind,
-            "context_rules": self.num_context_rules, "candidates": self.candidates,
-            "rules": None if self.rules is None else self.rules[1], "prior": self.prior,
-            "likelihood": self.likelihood, "size": len(self),
-        }  # fmt: skip
+            "split": self.split.name,
+            "subset": self.subset,
+            "negatives": self.negatives,
+            "seed": self.seed,
+            "hypotheses": self.hypotheses,
+            "theta": self.theta,
+            "rule_rate": self.rule_rate,
+            "kinds": list(self.kinds),
+            "scene_requests": self.scene_requests,
+            "rules_per_kind": self.rules_per_kind,
+            "context_rules": self.num_context_rules,
+            "candidates": self.candidates,
+            "rules": None if self.rules is None else self.rules[1],
+            "prior": self.prior,
+            "likelihood": self.likelihood,
+            "size": len(self),
+        }
 
     # --- one task -----------------------------------------------------------------------------
     def __getitem__(self, i: int) -> RuleTask:
@@ -242,11 +262,17 @@ class RuleTaskSampler:
         requests = [requests[j] for j in order]
         ans = np.stack([answers[j] for j in order], 1) if answers else np.zeros((len(hyps), 0))
         return RuleTask(
-            index=ep.index, concept=h, concept_text=ep.concept_text,
-            support_ids=ep.support_ids, support_labels=ep.support_labels,
-            context_rules=tuple(asserted), requests=tuple(requests),
-            worlds=_worlds(ans), num_hypotheses=num_h, bank=bank,
-        )  # fmt: skip
+            index=ep.index,
+            concept=h,
+            concept_text=ep.concept_text,
+            support_ids=ep.support_ids,
+            support_labels=ep.support_labels,
+            context_rules=tuple(asserted),
+            requests=tuple(requests),
+            worlds=_worlds(ans),
+            num_hypotheses=num_h,
+            bank=bank,
+        )
 
     def _scene_requests(self, rng, ep, hyps: Hypotheses, answers, requests) -> None:
         if not self.scene_requests:
@@ -256,8 +282,9 @@ class RuleTaskSampler:
         picked = pick_balanced(rng, [f"{r} {q}" for r, q, _ in replies], self.scene_requests)
         for j in picked:
             answers.append(bits[j])
-            requests.append(Request("scene", int(ep.query_ids[j]), None,
-                                    int(ep.query_labels[j]), *replies[j]))  # fmt: skip
+            requests.append(
+                Request("scene", int(ep.query_ids[j]), None, int(ep.query_labels[j]), *replies[j])
+            )
 
     def _rule_requests(self, rng, pools, h, hyps: Hypotheses, answers, requests) -> None:
         """`rules_per_kind` requests of each kind, picked among candidates classified on the
@@ -270,8 +297,10 @@ class RuleTaskSampler:
         classes = classify(hyps, cands, kinds, self.theta)
         picked, start = [], 0
         for p in parts:
-            picked += [start + j for j in pick_balanced(rng, classes[start:start + len(p)],
-                                                        self.rules_per_kind)]  # fmt: skip
+            picked += [
+                start + j
+                for j in pick_balanced(rng, classes[start : start + len(p)], self.rules_per_kind)
+            ]
             start += len(p)
         chosen, kinds = cands.take(picked), [kinds[j] for j in picked]
         ans = hyps.answers(chosen, kinds)  # (G, K)
@@ -290,8 +319,9 @@ class RuleTaskSampler:
         if self.rules is not None:
             rows = self.rules[0]
             k = min(len(rows), self.candidates)
-            return [rows.take(np.sort(rng.choice(len(rows), size=k, replace=False)))
-                    for _ in self.kinds]  # fmt: skip
+            return [
+                rows.take(np.sort(rng.choice(len(rows), size=k, replace=False))) for _ in self.kinds
+            ]
         return [
             RuleRows.of_bank(self.bank, c)
             for c in draw_candidates(rng, pools, self.kinds, reps, self.candidates)
@@ -318,5 +348,6 @@ def _worlds(answers: np.ndarray) -> tuple[int, ...]:
         codes = answers.astype(np.int64) @ (np.int64(1) << np.arange(answers.shape[1]))
         return tuple(np.unique(codes).tolist())
     weights = [1 << j for j in range(answers.shape[1])]
-    return tuple(sorted({sum(w for w, a in zip(weights, row, strict=True) if a)
-                         for row in answers.tolist()}))  # fmt: skip
+    return tuple(
+        sorted({sum(w for w, a in zip(weights, row, strict=True) if a) for row in answers.tolist()})
+    )
