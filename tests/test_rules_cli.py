@@ -6,7 +6,7 @@ import os
 import pytest
 
 from curi.errors import ConceptError, ConfigError
-from renderers.rules_cli import read_rules
+from curi.renderers.rules_cli import read_rules
 
 
 def test_rules_file_takes_postfix_and_names_the_form_of_a_readable_line(tmp_path):
