@@ -17,7 +17,7 @@ from pathlib import Path
 
 from curi.errors import ConfigError, CuriError
 
-__all__ = ["inside", "regular_file", "safe_name"]
+__all__ = ["inside", "read_text", "regular_file", "safe_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -107,3 +107,17 @@ def regular_file(path: str | Path, what: str, error: type[CuriError] = ConfigErr
         )
         raise error(f"{what} {str(path)!r} is {kind}, not a regular file")
     return path
+
+
+def read_text(path: str | Path, what: str, error: type[CuriError] = ConfigError) -> str:
+    """The text (UTF-8) of the file `path`, once it is a regular file (`regular_file`): the one
+    reader of the small text files a user names (rules, tasks, predictions, model results).
+
+    Raises:
+        error: naming `what` and the path: missing, not a regular file, unreadable or not UTF-8.
+    """
+    path = regular_file(path, what, error)
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"cannot read the {what} {str(path)!r}: {e}") from None

@@ -17,6 +17,7 @@ from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
+from curi.paths import read_text
 
 __all__ = ["curve", "gap", "score"]
 
@@ -87,8 +88,8 @@ def _model_results(path: str) -> dict:
     """
     p = Path(path).expanduser()
     try:
-        model = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        model = json.loads(read_text(p, "model_results file"))
+    except json.JSONDecodeError as e:
         raise ConfigError(f"model_results {str(p)!r} is not a readable JSON file: {e}") from None
     if not isinstance(model, dict):
         raise ConfigError(f"model_results {str(p)!r} must map split names to mAP values")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from curi.errors import PredictionsError
 from curi.oracles.consistency import consistency, consistency_counts
+from curi.paths import read_text
 
 __all__ = [
     "PredictionsError",
@@ -35,10 +36,7 @@ def read_tasks(path: str | Path) -> list[dict]:
         PredictionsError: a missing or empty file, or a line that is not a task.
     """
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise PredictionsError(f"cannot read the tasks file {path}: {e}") from None
+    lines = read_text(path, "tasks file", PredictionsError).splitlines()
     tasks = []
     for n, line in enumerate(lines, start=1):
         try:
@@ -102,10 +100,7 @@ def read_predictions(path: str | Path, tasks: Sequence[dict]) -> list[tuple[str,
     expected = [
         (t.get("index", k), j) for k, t in enumerate(tasks) for j in range(len(t["requests"]))
     ]
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise PredictionsError(f"cannot read the predictions file {path}: {e}") from None
+    lines = read_text(path, "predictions file", PredictionsError).splitlines()
     if len(lines) < len(expected):
         raise PredictionsError(
             f"{path} line {len(lines) + 1} is missing: the file has {len(lines)} predictions, "

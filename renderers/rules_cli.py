@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from curi import validate
 from curi.core_cli import open_bank_from_config, split_from_config
 from curi.errors import ConceptError, ConfigError
-from curi.paths import regular_file
+from curi.paths import read_text
 from curi.renderers.text_export import export_rule_tasks
 from curi.tasks import RuleTaskSampler, format_mix
 
@@ -40,11 +40,7 @@ def read_rules(path: str | Path) -> list[str]:
     """
     from curi.concepts import parse
 
-    path = regular_file(path, "rules file")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read the rules file {path}: {e}") from None
+    lines = read_text(path, "rules file").splitlines()
     out = []
     for n, line in enumerate(lines, start=1):
         text = line.split("#", 1)[0].strip()

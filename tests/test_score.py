@@ -185,3 +185,30 @@ def test_curi_score(task_set, tmp_path):
     assert "Traceback" not in bad.stderr
     missing = run_curi("score", f"tasks={task_set['tasks']}", cwd=tmp_path)
     assert missing.returncode == 2 and "predictions= is required" in missing.stderr
+
+
+def test_special_or_undecodable_files_are_one_clear_error(tmp_path):
+    """A FIFO as the tasks or predictions file blocked the read forever; a file that is not
+    UTF-8 is named too (the alarm turns a regression into a failure, not a hang)."""
+    import os
+    import signal
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    (tmp_path / "latin.jsonl").write_bytes(b"\xff\xfe not utf-8\n")
+
+    def hang(*_):
+        pytest.fail("still blocked on a FIFO after 10 s")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(10)
+    try:
+        with pytest.raises(PredictionsError, match="tasks file .* is a FIFO, not a regular file"):
+            read_tasks(fifo)
+        with pytest.raises(PredictionsError, match="predictions file .* is a FIFO"):
+            read_predictions(fifo, [{"index": 0, "requests": [{}]}])
+        with pytest.raises(PredictionsError, match="cannot read the tasks file"):
+            read_tasks(tmp_path / "latin.jsonl")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
