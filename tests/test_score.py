@@ -164,7 +164,7 @@ def test_predictions_files_and_their_errors(task_set, tmp_path):
         read_predictions(_write(tmp_path / "bad.jsonl", bad_js), tasks)
     with pytest.raises(PredictionsError, match="line 2 is not a rule-query task"):
         read_tasks(_write(tmp_path / "t.jsonl", [json.dumps(tasks[0]), "{}"]))
-    with pytest.raises(PredictionsError, match="cannot read"):
+    with pytest.raises(PredictionsError, match="predictions file .*missing.txt' does not exist"):
         read_predictions(tmp_path / "missing.txt", tasks)
 
 
