@@ -59,10 +59,7 @@ def make_renderer(modality: Mapping | str) -> Renderer:
         raise ConfigError(
             f"modality.device={device} but CUDA is not available; use modality.device=cpu"
         )
-    try:
-        return get_renderer(opts.pop("name"), **opts)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    return get_renderer(opts.pop("name"), **opts)  # a bad name or option: ConfigError
 
 
 def renders_on_cuda(modality: Mapping) -> bool:

@@ -24,10 +24,7 @@ log = logging.getLogger("curi")
 
 def _renderer(node: DictConfig):
     opts = OmegaConf.to_container(node, resolve=True)
-    try:
-        return get_renderer(**opts)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    return get_renderer(**opts)  # a bad name or option: ConfigError
 
 
 def _threads(cfg: DictConfig) -> None:
