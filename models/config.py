@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from curi import validate
-from curi.bank import open_bank as open_bank_at
+from curi.bank import open_bank
 from curi.errors import ConfigError, known_options
 from curi.models.data import (
     encoder_options,
@@ -26,7 +26,7 @@ __all__ = [
     "build_model",
     "check_eval_options",
     "check_resumable",
-    "open_bank",
+    "run_bank",
 ]
 
 _AMP_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -269,7 +269,7 @@ def check_eval_options(*, episodes, seed, batch_size, num_workers, chunk) -> Non
     validate.integer(chunk, "chunk", low=1, high=10**6)
 
 
-def open_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool = False, build=None):
+def run_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool = False, build=None):
     """The run's bank (`curi.bank.open_bank`) under `data_dir`, else the folder of
     `bank_path` (the one a checkpoint recorded) when it still holds that bank (its folder is
     named for it: never a sibling of some other folder a crafted checkpoint names), else
@@ -281,7 +281,7 @@ def open_bank(run: RunConfig, *, data_dir=None, bank_path=None, progress: bool =
         if (path / "manifest.json").is_file():
             data_dir = path.parent
     where = run.data_dir if data_dir is None else data_dir
-    return open_bank_at(run.bank, where, progress=progress, build=build)
+    return open_bank(run.bank, where, progress=progress, build=build)
 
 
 def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:

@@ -327,7 +327,7 @@ def evaluate_checkpoint(
             or a `bank` other than the checkpoint's.
     """
     from curi.models.checkpoint import load_checkpoint
-    from curi.models.config import RunConfig, build_model, open_bank
+    from curi.models.config import RunConfig, build_model, run_bank
     from curi.splits import make_split
 
     ckpt, path = load_checkpoint(checkpoint)
@@ -338,7 +338,7 @@ def evaluate_checkpoint(
         raise ConfigError(f"checkpoint {path} stores a bad bank: {e}") from None
     dev = resolve_device(device)
     if bank is None:
-        bank = open_bank(
+        bank = run_bank(
             run,
             data_dir=data_dir,
             bank_path=ckpt.get("bank_path"),

@@ -29,7 +29,7 @@ from curi.models.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from curi.models.config import RunConfig, build_model, check_resumable, open_bank
+from curi.models.config import RunConfig, build_model, check_resumable, run_bank
 from curi.models.data import (
     EpisodeBatches,
     StepBatchSampler,
@@ -201,7 +201,7 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     batch, lr = s.batch_for(renderer.name), s.lr_for(renderer.name)
     if bank is None:
         with rt.main_first():  # rank 0 builds a missing bank, the others then read it
-            bank = open_bank(run, progress=progress and rt.is_main)
+            bank = run_bank(run, progress=progress and rt.is_main)
     run = dataclasses.replace(run, bank=dict(bank.config))
     split = make_split(bank, run.split)
     model = build_model(run, renderer).to(rt.device)

@@ -194,13 +194,13 @@ def test_checkpoint_stored_bank_name_cannot_build_outside_data_dir(world, via):
 def test_checkpoint_bank_path_is_only_used_when_it_is_that_bank(world):
     """A stored ``bank_path`` naming another bank's folder must not make eval build the
     stored bank beside it (outside the data folder): only ``<folder>/<bank name>`` is used."""
-    from curi.models.config import RunConfig, open_bank
+    from curi.models.config import RunConfig, run_bank
 
     other = world / "elsewhere" / "some-bank"
     other.mkdir(parents=True)
     (other / "manifest.json").write_text("{}")
     run = RunConfig(bank={**SMALL, "name": "small"}, data_dir=str(world / "data"))
-    bank = open_bank(run, bank_path=str(other), build=True)
+    bank = run_bank(run, bank_path=str(other), build=True)
     assert bank.path == world / "data" / "small"
     assert sorted(os.listdir(world / "elsewhere")) == ["some-bank"]
 
