@@ -45,6 +45,7 @@ from curi.models.protonet import (
     prototype_logits,
 )
 from curi.models.runtime import Runtime, resolve_device, start_runtime
+from curi.models.scoring import score_model
 
 __all__ = [
     "SPECIALS",
@@ -87,6 +88,7 @@ __all__ = [
     "register_encoder",
     "register_pooler",
     "resolve_device",
+    "score_model",
     "start_runtime",
     "write_metrics",
 ]

@@ -53,14 +53,17 @@ def model_predictions(
     episodes: int = 100,
     seed: int = 0,
     render: Callable[[list[dict]], Any] | None = None,
+    render_ids: Callable[[np.ndarray], Any] | None = None,
     progress: bool = False,
 ) -> dict[str, np.ndarray]:
     """Run `predict` on `episodes` episodes of (split, subset, negatives, seed).
 
     `render` turns scene records into model inputs (e.g. ``lambda r: renderer(r).data`` with
-    a `curi.renderers` renderer); default: the records themselves. The evaluation set is
-    rendered once; per episode, `predict` is called twice, with the query set and with the
-    evaluation set as targets.
+    a `curi.renderers` renderer); default: the records themselves. `render_ids` instead turns
+    the bank's scene ids ((N,) int64) into inputs, without records (`curi.models.score_model`
+    renders a modality this way, as its episode dataset does). The evaluation set is rendered
+    once; per episode, `predict` is called twice, with the query set and with the evaluation
+    set as targets.
 
     Returns:
         ``query_scores`` (E, Q) and ``eval_scores`` (E, M) float64, and ``index`` (E,): the
@@ -71,17 +74,21 @@ def model_predictions(
     """
     from tqdm import tqdm
 
-    render = render or (lambda records: records)
+    if render is not None and render_ids is not None:
+        raise ConfigError("give render (records -> inputs) or render_ids (ids -> inputs), not both")
+    if render_ids is None:
+        by_records = render or (lambda records: records)
+        render_ids = lambda ids: by_records(bank.scene_records(ids))  # noqa: E731
     sampler = _sampler(bank, split, subset, negatives, seed, episodes)
     ev = EvalSet.from_bank(bank)
-    eval_inputs = render(bank.scene_records(ev.ids))
+    eval_inputs = render_ids(ev.ids)
     q_scores = np.zeros((episodes, sampler.num_positives + sampler.num_negatives))
     e_scores = np.zeros((episodes, len(ev)))
     for i in tqdm(range(episodes), desc="score", disable=not progress):
         e = sampler[i]
-        support, labels = render(e.support_records()), e.support_labels.copy()
+        support, labels = render_ids(e.support_ids), e.support_labels.copy()
         q_scores[i] = _as_scores(
-            predict(support, labels, render(e.query_records())), q_scores.shape[1], "query"
+            predict(support, labels, render_ids(e.query_ids)), q_scores.shape[1], "query"
         )
         e_scores[i] = _as_scores(predict(support, labels, eval_inputs), len(ev), "evaluation")
     return {"query_scores": q_scores, "eval_scores": e_scores, "index": np.arange(episodes)}
@@ -184,6 +191,7 @@ def score_model(
     episodes: int = 100,
     seed: int = 0,
     render: Callable[[list[dict]], Any] | None = None,
+    render_ids: Callable[[np.ndarray], Any] | None = None,
     threshold: float = 0.5,
     oracles: bool = True,
     progress: bool = False,
@@ -201,7 +209,14 @@ def score_model(
         sp = s if isinstance(s, Split) else make_split(bank, s)
         kw = {"subset": subset, "negatives": negatives, "seed": seed}
         pred = model_predictions(
-            predict, bank, sp, episodes=episodes, render=render, progress=progress, **kw
+            predict,
+            bank,
+            sp,
+            episodes=episodes,
+            render=render,
+            render_ids=render_ids,
+            progress=progress,
+            **kw,
         )
         got = score_predictions(
             bank,
