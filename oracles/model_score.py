@@ -197,7 +197,9 @@ def score_model(
     progress: bool = False,
 ) -> dict[str, list[dict]]:
     """Score a model given as a `Predict` callable on one or more splits: `model_predictions`
-    then `score_predictions` per split; the rows of all splits together.
+    (its inputs made by `render` or `render_ids`) then `score_predictions` per split; the rows
+    of all splits together. For a model trained on `curi.models.data.episode_dataset`,
+    `curi.models.score_model` renders the same modality config instead.
 
     Returns:
         ``{"splits": [one row per split], "concepts": [one row per (split, concept)]}``.

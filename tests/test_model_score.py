@@ -1,11 +1,13 @@
 """Scoring any model with the benchmark's metrics (`curi.oracles.model_score`): a model that is
 the strong (or weak) oracle scores exactly as that oracle, a random model near chance, and the
-shuffled order of support and query sets changes no oracle's answer."""
+shuffled order of support and query sets changes no oracle's answer; inputs come from records or
+from scene ids."""
 
 import numpy as np
 import pytest
 
 from curi import EpisodeSampler, make_split
+from curi.errors import ConfigError
 from curi.oracles.model_score import score_model
 from curi.posterior import Posterior
 
@@ -90,3 +92,21 @@ def test_score_file_scores_a_saved_predictions_file_as_score_predictions(tiny_ba
     np.save(tmp_path / "plain.npy", pred["query_scores"])
     with pytest.raises(ConfigError, match="cannot read the scores file"):
         score_file(tmp_path / "plain.npy", tiny_bank, "concept_iid")
+
+
+def test_render_ids_gives_the_inputs_of_scene_ids(tiny_bank):
+    """`render_ids` (ids -> inputs) sees the ids whose records the default passes; giving it
+    with `render` as well is an error."""
+    kw = {"episodes": 3, "oracles": False}
+    by_records = score_model(_as_model(Posterior(tiny_bank)), tiny_bank, "concept_iid", **kw)
+    oracle = Posterior(tiny_bank)
+    by_ids = score_model(
+        lambda s, y, t: oracle.predict(s, np.asarray(y), t),
+        tiny_bank,
+        "concept_iid",
+        render_ids=lambda ids: ids,
+        **kw,
+    )
+    assert by_ids == by_records
+    with pytest.raises(ConfigError, match="render_ids"):
+        score_model(_as_model(oracle), tiny_bank, "concept_iid", render=list, render_ids=list)
