@@ -204,6 +204,12 @@ def episode_dataset(
     `EpisodeDataset` for the keys. Use it with ``DataLoader(ds, batch_size=B,
     collate_fn=collate_episodes, num_workers=W)``: batches are identical for every W.
 
+    Workers fetch whole batches, and a small episode (schema) costs more to pass between
+    processes than to make: on 2 cores, one episode per fetch loaded 867 episodes/s with no
+    worker and 193 with two; batches of 32 with two workers, 2,175 (docs/benchmarks.md,
+    `benchmarks/bench_loader.py`). Give workers batches of tens of episodes (or batch the
+    indices yourself, as `EpisodeBatches` does), or load small episodes in the main process.
+
     Args:
         bank: a `ConceptBank` (`curi.load_bank`).
         split: a split name (`curi.list_splits`), a split config, or a `Split`.
