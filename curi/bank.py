@@ -9,12 +9,14 @@ concurrent and interrupted builds")."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
 import logging
 import multiprocessing as mp
 import os
+import stat
 import time
 import zipfile
 from collections import Counter
@@ -316,12 +318,25 @@ def _build_lock(final: Path, *, wait: bool) -> Iterator[bool | None]:
     """Hold the lock of the bank at `final` (``flock`` on ``.<name>.lock`` beside it, released
     by the kernel when the holder dies): yields whether this process had to wait for another
     builder, or None when the lock cannot be created (a read-only folder) or, `wait` being
-    false, is taken."""
+    false, is taken. A FIFO or a symlink in the lock's place is refused: opening a FIFO for
+    writing blocked until a reader came, and a symlink would lock (or create) a file elsewhere.
+
+    Raises:
+        BankError: the lock's path holds something other than a regular file.
+    """
+    lock = _lock_path(final)
     try:
-        f = open(_lock_path(final), "a")
-    except OSError:
-        yield None
-        return
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno != errno.ELOOP:  # a read-only folder: build without the lock
+            yield None
+            return
+        fd = None
+    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd is not None:
+            os.close(fd)
+        raise BankError(f"the bank's lock file {lock} is not a regular file; remove it")
+    f = os.fdopen(fd, "a")
     try:
         waited = False
         try:

@@ -633,3 +633,25 @@ def test_forked_workers_do_not_hold_the_build_lock(tmp_path):
         os.waitpid(pid, 0)
         os.close(started)
         os.close(ready)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_special_file_in_place_of_the_build_lock_is_refused(tmp_path, kind):
+    """A FIFO as ``.<name>.lock`` blocked the build forever (opened for writing, it waits for
+    a reader); a symlink would lock a file elsewhere. Both are one BankError line (the alarm
+    turns a regression into a failure, not a hang)."""
+    lock = tmp_path / ".tiny.lock"
+    os.mkfifo(lock) if kind == "fifo" else os.symlink(tmp_path / "elsewhere", lock)
+
+    def hang(*_):
+        pytest.fail("the build still blocks on its lock file after 10 s")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(10)
+    try:
+        with pytest.raises(BankError, match=r"lock file .*\.tiny\.lock is not a regular file"):
+            build_bank("tiny", tmp_path, progress=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "tiny").exists()
