@@ -14,7 +14,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from curi.errors import CuriError, SplitError
+from curi.errors import ConfigError, CuriError, SplitError
 from curi.options import (
     Options,
     check_config,
@@ -124,6 +124,29 @@ def _group_values(rest: list[str], opts: Options) -> list[str]:
     return out
 
 
+# Commands that plan their own jobs (`curi.jobs`): a Hydra sweep (-m) of them would launch
+# launchers; the exports plan jobs when given jobs=N.
+_PLANS_JOBS = ("baselines", "baselines.collect", "curve", "curve.collect")
+_PLANS_JOBS_WITH = {"episodes": "jobs", "episodes.render": "jobs"}
+
+
+def _check_jobs(name: str, rest: list[str]) -> None:
+    """Refuse ``-m`` with a command that plans jobs, and a ``hydra/launcher`` that is not
+    installed (naming the extra), before Hydra runs."""
+    from curi.jobs import check_installed
+
+    key = _PLANS_JOBS_WITH.get(name)
+    plans = name in _PLANS_JOBS or (key is not None and _value_of(rest, key) not in (None, "1"))
+    if plans and ("-m" in rest or "--multirun" in rest):
+        raise ConfigError(
+            f"curi {name.replace('.', ' ')} runs its own jobs: choose where with "
+            "hydra/launcher=NAME, without -m"
+        )
+    launcher = _value_of([t.removeprefix("override ") for t in rest], "hydra/launcher")
+    if launcher is not None:
+        check_installed(launcher)
+
+
 def _run_dir(rest: list[str], opts: Options) -> list[str]:
     """Where the run's config and log go: output_dir= when given; else Hydra's run folder for a
     command whose output_dir defaults to it; else (bank, split, ...) no run folder at all."""
@@ -188,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         check_override_keys(rest, opts)
         check_group_values(rest, opts)
+        _check_jobs(name, rest)
         given = _value_of(rest, "output_dir") not in (None, "null")
         rest = _group_values(rest, opts)
     except CuriError as e:

@@ -138,6 +138,17 @@ def table_markdown(table: Mapping) -> str:
             "(mean ± s.e.).",
             "",
         ]
+    incomplete = table.get("incomplete") or []
+    if incomplete:
+        lines += [
+            f"**{len(incomplete)} runs not finished** (not in the table above; run the command "
+            "again to resume them, or `curi baselines collect` once they end):",
+            "",
+            "| run | status | error |",
+            "|---|---|---|",
+            *(f"| {r['run']} | {r['status']} | {r.get('error') or ''} |" for r in incomplete),
+            "",
+        ]
     lines += [
         "| configuration | split | test mAP % | paper % | diff | test CBA % | best val mAP "
         "% | checkpoint step / steps | train s |",

@@ -1,8 +1,11 @@
 """The paper's baseline table reproduced (paper section 5, Appendix G.7): every configuration
 (modality x pooling x alpha) trained on each of its splits, the checkpoint with the best val mAP
 evaluated on test episodes beside the oracles on the same episodes, and one table of test mAP
-written next to the paper's numbers. Each run has its own folder; finished runs are skipped, so
-an interrupted sweep continues where it stopped. The command line is `curi.models.cli`."""
+written next to the paper's numbers. Each run is a job (`curi.jobs`: in this process, local
+processes, SLURM or Ray) with its own folder; finished runs are skipped and interrupted ones
+resume, so the same command continues a sweep, and the table is collected from the folders
+(`collect_baselines`, also after the jobs of a SLURM submission end). The command line is
+`curi.models.cli`."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 from curi import validate
 from curi.atomic import write_text
 from curi.errors import ConfigError
+from curi.jobs import Job, Launcher, run_jobs
 from curi.models.baseline_table import baseline_table
 from curi.models.config import RunConfig, build_model
 from curi.models.data import make_renderer
@@ -25,7 +29,16 @@ from curi.models.train import train
 from curi.paths import safe_name
 from curi.presets import list_presets, load_preset
 
-__all__ = ["Baseline", "BaselineRun", "parse_baselines", "plan_runs", "run_baselines"]
+__all__ = [
+    "Baseline",
+    "BaselineRun",
+    "collect_baselines",
+    "oracle_job",
+    "parse_baselines",
+    "plan_runs",
+    "run_baselines",
+    "run_job",
+]
 
 log = logging.getLogger(__name__)
 
@@ -239,17 +252,30 @@ def _claim(r: BaselineRun, ident: dict, force: bool) -> dict | None:
     return None
 
 
-def _oracle_row(bank, split: str, evaluation: Mapping, out_dir: Path) -> dict:
-    """The oracles on a split's test episodes (those every run of the split is tested on),
-    computed once per split and kept in ``<out_dir>/oracles/<split>.json``."""
+_BANKS: dict[str, object] = {}
+
+
+def _bank_at(path: str):
+    """The bank at `path`, opened once per process (a job process may run several jobs)."""
+    from curi.bank import load_bank
+
+    if path not in _BANKS:
+        _BANKS[path] = load_bank(path)
+    return _BANKS[path]
+
+
+def _oracle_file(out_dir: Path, split: str, negatives: str) -> Path:
+    return out_dir / "oracles" / (f"{split}.json" if negatives == "hard" else f"{split}-easy.json")
+
+
+def oracle_job(bank, split: str, evaluation: Mapping, path: str) -> dict:
+    """A job: the oracles on a split's test episodes (those every run of the split is tested
+    on), written to `path` with the evaluation settings (`bank`: a bank or its path)."""
     from curi.oracles.eval_set import EvalSet
     from curi.oracles.gap import score_split
     from curi.splits import make_split
 
-    path = out_dir / "oracles" / f"{split}.json"
-    saved = _read_json(path)
-    if saved is not None and saved.get("eval") == dict(evaluation):
-        return saved["row"]
+    bank = _bank_at(bank) if isinstance(bank, str) else bank
     e = evaluation
     row = score_split(
         bank,
@@ -261,8 +287,41 @@ def _oracle_row(bank, split: str, evaluation: Mapping, out_dir: Path) -> dict:
         likelihood=e["likelihood"],
         seed=e["seed"],
     )
-    write_text(path, json.dumps({"eval": dict(evaluation), "row": row}, indent=2) + "\n")
+    write_text(Path(path), json.dumps({"eval": dict(evaluation), "row": row}, indent=2) + "\n")
     return row
+
+
+def run_job(
+    r: BaselineRun,
+    bank,
+    evaluation: Mapping,
+    *,
+    num_workers: int = 0,
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> dict:
+    """A job: train one run (resuming from its last checkpoint if one is there), test its best
+    checkpoint by val mAP, and write ``result.json`` (the mark of a finished run) in its
+    folder; an error is written to ``failed.json`` there before it propagates. `bank`: the
+    loaded bank, or its path (opened in the job's process)."""
+    bank = _bank_at(bank) if isinstance(bank, str) else bank
+    (r.dir / "failed.json").unlink(missing_ok=True)
+    try:
+        result = _train_and_test(
+            r, bank, evaluation, num_workers=num_workers, batch_size=batch_size, progress=progress
+        )
+    except BaseException as e:
+        _write_failure(r.dir, f"{type(e).__name__}: {e}")
+        raise
+    write_text(r.dir / "result.json", json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _write_failure(run_dir: Path, error: str, detail: str | None = None) -> None:
+    body = {"error": error.strip().splitlines()[-1] if error.strip() else error}
+    if detail:
+        body["detail"] = detail
+    write_text(run_dir / "failed.json", json.dumps(body, indent=2) + "\n")
 
 
 def _train_and_test(
@@ -345,30 +404,40 @@ def run_baselines(
     batch_size: int | None = None,
     force: bool = False,
     progress: bool = True,
-) -> dict:
-    """Train and test every run of `plan_runs`, skipping finished ones, and tabulate them.
+    launcher: Launcher | None = None,
+) -> dict | None:
+    """Train and test every run of `plan_runs` as jobs, skipping finished ones, and tabulate.
+
+    Every run folder is checked (and marked with its settings, ``run.json``) before any job
+    starts, so a folder made with other settings fails first. The unfinished runs are then
+    jobs (`run_job`: one per configuration, split and seed) and, with `oracles`, the strong /
+    weak / random oracles one job per split (`oracle_job`, on the same test episodes), all
+    run by `launcher` (None: in this process, one after another). The plan is kept in
+    ``<out_dir>/sweep.json``; the table is collected from the folders (`collect_baselines`).
 
     A run trains with `curi.models.train.train` in ``<run dir>/train`` (resumed from its last
     checkpoint when one is there), keeps the checkpoint with the best val mAP (``best.pt``, as
     the paper picks its checkpoints), and is tested on `episodes` test episodes of seed
-    `eval_seed`; ``result.json`` marks it finished. With `oracles`, the strong / weak / random
-    oracles are scored once per split on the same test episodes.
+    `eval_seed`; ``result.json`` marks it finished, ``failed.json`` holds its error.
 
     Args:
         runs: from `plan_runs`.
         bank: the loaded bank the runs train on.
-        out_dir: the sweep's folder (runs/, oracles/).
+        out_dir: the sweep's folder (sweep.json, runs/, oracles/).
         episodes: test episodes per run (paper: 20,000).
         eval_seed: the test episodes' seed (the same episodes for every run and the oracles).
         num_workers, batch_size: of the test evaluation (batch: the training batch size).
         force: start again a run whose folder was made with other settings (else an error).
+        launcher: where the jobs run (`curi.jobs.Launcher`).
 
     Returns:
-        `curi.models.table.baseline_table` of the results: ``{"settings", "rows", "runs"}``.
+        `collect_baselines` of `out_dir`, or None when the jobs were submitted without
+        waiting (SLURM with ``wait=false``: collect later).
 
     Raises:
         ConfigError: bad options, or a run folder made with other settings (without `force`).
     """
+    launcher = launcher or Launcher()
     episodes = validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES)
     evaluation = {
         "episodes": episodes,
@@ -376,37 +445,101 @@ def run_baselines(
         "prior": prior,
         "likelihood": likelihood,
     }
-    out_dir, results, oracle_rows = Path(out_dir), [], {}
-    for i, spec in enumerate(runs, 1):
+    out_dir = Path(out_dir)
+    where = bank if launcher.in_process else str(bank.path)  # other processes open it
+    progress_in_job = progress and launcher.in_process
+    jobs, plan, oracle_files = [], [], {}
+    for spec in runs:
         r = dataclasses.replace(spec, run=dataclasses.replace(spec.run, bank=dict(bank.config)))
         ev = {**evaluation, "negatives": r.run.negatives}
-        label = f"[{i}/{len(runs)}] {r.baseline.name} / {r.split} / seed {r.seed}"
-        result = _claim(r, _identity(r.run, ev), force)
-        if result is not None:
-            log.info("%s: finished before (test mAP %.4f); skipped", label, result["test_map"])
+        name = f"{r.baseline.name}/{r.split}/seed{r.seed}"
+        plan.append({"name": name, "dir": str(r.dir.relative_to(out_dir))})
+        if _claim(r, _identity(r.run, ev), force) is None:
+            kw = {"num_workers": num_workers, "batch_size": batch_size, "progress": progress_in_job}
+            jobs.append(Job(name, run_job, (r, where, ev), kw))
         else:
-            log.info("%s: training %d steps in %s", label, r.run.train.steps, r.dir)
-            result = _train_and_test(
-                r, bank, ev, num_workers=num_workers, batch_size=batch_size, progress=progress
-            )
-            write_text(r.dir / "result.json", json.dumps(result, indent=2) + "\n")
-            log.info(
-                "%s: test mAP %.4f (best val mAP %.4f at step %d); %.0f s",
-                label,
-                result["test_map"],
-                result["best_val_map"],
-                result["checkpoint_step"],
-                result["train_seconds"] + result["eval_seconds"],
-            )
-        results.append(result)
+            log.info("%s: finished before; skipped", name)
         key = (r.split, r.run.negatives)
-        if oracles and key not in oracle_rows:
-            log.info("%s: oracles on the same %d test episodes", label, episodes)
-            oracle_rows[key] = _oracle_row(bank, r.split, ev, out_dir)
+        if oracles and key not in oracle_files:
+            path = _oracle_file(out_dir, *key)
+            oracle_files[key] = str(path.relative_to(out_dir))
+            saved = _read_json(path)
+            if saved is None or saved.get("eval") != ev:
+                jobs.append(
+                    Job(
+                        f"oracles/{r.split}/{r.run.negatives}",
+                        oracle_job,
+                        (where, r.split, ev, str(path)),
+                    )
+                )
     settings = {
         "bank": bank.config.get("name"),
         "episodes": episodes,
         "eval_seed": eval_seed,
         "seeds": sorted({r.seed for r in runs}),
     }
-    return baseline_table(results, oracle_rows, settings=settings)
+    sweep = {
+        "settings": settings,
+        "runs": plan,
+        "oracles": [{"split": s, "negatives": n, "file": f} for (s, n), f in oracle_files.items()],
+    }
+    write_text(out_dir / "sweep.json", json.dumps(sweep, indent=2) + "\n")
+    log.info(
+        "%d runs: %d to run, %d finished before",
+        len(plan),
+        sum(j.fn is run_job for j in jobs),
+        len(plan) - sum(j.fn is run_job for j in jobs),
+    )
+    outcomes = run_jobs(jobs, launcher, progress=progress and not launcher.in_process)
+    for job, o in zip(jobs, outcomes, strict=True):
+        if (
+            o.status == "failed"
+            and job.fn is run_job
+            and not (job.args[0].dir / "failed.json").is_file()
+        ):
+            _write_failure(
+                job.args[0].dir, o.error or "failed", o.detail
+            )  # killed: no word from it
+    if any(o.status == "submitted" for o in outcomes):
+        return None
+    return collect_baselines(out_dir)
+
+
+def collect_baselines(out_dir: str | Path) -> dict:
+    """The table of a sweep rebuilt from its folders (``sweep.json``, each run's
+    ``result.json``, the oracles' files): `curi.models.baseline_table.baseline_table` with
+    ``incomplete`` listing every run that failed (with its error) or has no result yet
+    (``missing``: not run, still running, or killed), never dropped silently.
+
+    Raises:
+        ConfigError: `out_dir` holds no sweep (no ``sweep.json``).
+    """
+    out_dir = Path(out_dir)
+    sweep = _read_json(out_dir / "sweep.json")
+    if not isinstance(sweep, dict) or "runs" not in sweep:
+        raise ConfigError(f"{out_dir} holds no baseline sweep (no sweep.json); give its output_dir")
+    results, incomplete = [], []
+    for run in sweep["runs"]:
+        d = out_dir / run["dir"]
+        result = _read_json(d / "result.json")
+        if result is not None:
+            results.append(result)
+            continue
+        failed = _read_json(d / "failed.json")
+        status = "failed" if failed else "missing"
+        incomplete.append(
+            {
+                "run": run["name"],
+                "status": status,
+                "error": (failed or {}).get("error"),
+                "dir": str(d),
+            }
+        )
+    oracle_rows = {}
+    for o in sweep["oracles"]:
+        saved = _read_json(out_dir / o["file"])
+        if saved is not None:
+            oracle_rows[(o["split"], o["negatives"])] = saved["row"]
+    table = baseline_table(results, oracle_rows, settings=sweep["settings"])
+    table["incomplete"] = incomplete
+    return table

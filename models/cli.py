@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from curi.bank import open_bank
-from curi.core_cli import open_bank_from_config
+from curi.core_cli import job_launcher, open_bank_from_config
 from curi.errors import ConfigError
 from curi.models.config import RunConfig, check_eval_options
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
@@ -20,7 +21,7 @@ from curi.models.plots import plot_baselines, plot_metrics
 from curi.models.train import train as train_run
 from curi.paths import inside
 
-__all__ = ["baselines", "difficulty", "evaluate", "train"]
+__all__ = ["baselines", "baselines_collect", "difficulty", "evaluate", "train"]
 
 log = logging.getLogger("curi")
 
@@ -110,7 +111,6 @@ def evaluate(cfg: DictConfig) -> None:
 
 def baselines(cfg: DictConfig) -> None:
     """Train and test the paper's baseline configurations; one table beside the paper's."""
-    from curi.models.baseline_table import write_table
     from curi.models.baselines import parse_baselines, plan_runs, run_baselines
 
     c = OmegaConf.to_container(cfg, resolve=True)
@@ -135,6 +135,7 @@ def baselines(cfg: DictConfig) -> None:
         num_workers=0,
         chunk=1,
     )
+    launcher = job_launcher(out, threads=c["threads"], wait=c["wait"])
     bank = open_bank(
         c["bank"], c["data_dir"], progress=c["progress"], build=True if c["build"] else None
     )
@@ -151,10 +152,41 @@ def baselines(cfg: DictConfig) -> None:
         batch_size=c["eval_batch_size"],
         force=c["force"],
         progress=c["progress"],
+        launcher=launcher,
     )
-    paths = [*write_table(table, out), plot_baselines(table, out / "baselines.png")]
+    if table is None:
+        print(f"jobs submitted; once they end: curi baselines collect output_dir={out}")
+        return
+    _write_baselines(table, out)
+
+
+def baselines_collect(cfg: DictConfig) -> None:
+    """Rebuild the table of a `curi baselines` sweep from its folders (after SLURM jobs end)."""
+    from curi.models.baselines import collect_baselines
+
+    out = Path(cfg.output_dir)
+    _write_baselines(collect_baselines(out), out)
+
+
+def _write_baselines(table: dict, out: Path) -> None:
+    """Write the table (JSON, Markdown, chart) and print it; runs that failed or are missing
+    end the command with exit status 1 after the table is written."""
+    from curi.models.baseline_table import write_table
+
+    paths = write_table(table, out)
+    if table["rows"]:
+        paths.append(plot_baselines(table, out / "baselines.png"))
     log.info("wrote %s", ", ".join(map(str, paths)))
     print(paths[1].read_text())
+    bad = table["incomplete"]
+    if bad:
+        failed = sum(r["status"] == "failed" for r in bad)
+        print(
+            f"curi baselines: {len(bad)} of {len(bad) + len(table['runs'])} runs not finished "
+            f"({failed} failed, {len(bad) - failed} missing); listed in {paths[1]}",
+            file=sys.stderr,
+        )
+        sys.exit(1)
 
 
 def difficulty(cfg: DictConfig) -> None:

@@ -1,0 +1,96 @@
+"""Tests of `curi.jobs`: every job comes back (done with its value, or failed with its error) in
+the jobs' order, under the basic launcher and submitit's local processes (Ray: slow, below);
+torch threads are pinned per job; bad launcher settings end in one line naming what to fix.
+
+Job functions are the standard library's and torch's own (picklable by reference in any
+process), so the jobs run the same code in this process and in submitit's workers."""
+
+from __future__ import annotations
+
+import operator
+import os
+import shutil
+import tempfile
+
+import pytest
+import torch
+
+import curi.jobs as jobs_mod
+from curi.errors import ConfigError
+from curi.jobs import Job, Launcher, check_installed, run_jobs
+
+JOBS = [
+    Job("pow", operator.pow, (3, 4)),
+    Job("zero", operator.truediv, (1, 0)),
+    Job("threads", torch.get_num_threads),
+    Job("pid", os.getpid),
+]
+
+
+def _check(out, launcher_threads):
+    assert [o.name for o in out] == ["pow", "zero", "threads", "pid"]
+    assert [o.status for o in out] == ["done", "failed", "done", "done"]
+    assert out[0].value == 81 and out[0].ok and not out[1].ok
+    assert out[1].error == "ZeroDivisionError: division by zero" and out[1].value is None
+    assert "ZeroDivisionError" in out[1].detail
+    assert out[2].value == launcher_threads
+
+
+def test_basic_runs_in_this_process_reports_failures_and_restores_threads():
+    before = torch.get_num_threads()
+    out = run_jobs(JOBS, Launcher("basic", threads=1), progress=False)
+    _check(out, 1)
+    assert out[3].value == os.getpid() and torch.get_num_threads() == before
+    # threads=None: torch's default is left alone
+    assert run_jobs(JOBS[2:3], Launcher(), progress=False)[0].value == before
+
+
+def test_submitit_local_runs_each_job_in_its_own_process(tmp_path):
+    launcher = Launcher("submitit_local", {"cpus_per_task": 1}, folder=tmp_path)
+    out = run_jobs(JOBS, launcher, progress=False)
+    _check(out, 1)  # threads follow cpus_per_task
+    assert out[3].value != os.getpid()
+    logs = list((tmp_path / ".submitit").glob("*/*_log.err"))
+    assert len(logs) == len(JOBS)  # the engine's logs under the folder given
+    assert not (tmp_path / ".submitit" / "%j").exists()  # submitit's empty pattern folder
+
+
+def test_launcher_settings_are_checked_in_one_line(monkeypatch):
+    with pytest.raises(ConfigError, match="unknown launcher 'nope'; known: basic"):
+        Launcher("nope")
+    with pytest.raises(ConfigError, match=r"has no options \['partition'\]; valid: cpus_per"):
+        Launcher("submitit_local", {"partition": "gpu"})
+    with pytest.raises(ConfigError, match="needs a partition: hydra.launcher.partition"):
+        Launcher("submitit_slurm", {"timeout_min": 60})
+    with pytest.raises(ConfigError, match="wait=false needs hydra/launcher=submitit_slurm"):
+        Launcher("submitit_local", wait=False)
+    with pytest.raises(ConfigError, match="threads must be a positive integer"):
+        Launcher(threads=0)
+    with pytest.raises(ConfigError, match="job names must differ"):
+        run_jobs([JOBS[0], JOBS[0]], Launcher(), progress=False)
+    monkeypatch.setattr(jobs_mod, "_importable", lambda m: m != "ray")
+    with pytest.raises(
+        ConfigError,
+        match=r"hydra/launcher=ray is not installed \(ray missing\): "
+        r'pip install "curi\[ray\]"',
+    ):
+        check_installed("ray")
+    check_installed("submitit_local")
+
+
+def test_a_slurm_launcher_without_slurm_says_so_before_any_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun / sbatch here
+    launcher = Launcher("submitit_slurm", {"partition": "gpu"}, folder=tmp_path)
+    with pytest.raises(ConfigError, match="hydra/launcher=submitit_slurm: "):
+        run_jobs(JOBS[:1], launcher, progress=False)
+
+
+@pytest.mark.slow
+def test_ray_runs_jobs_on_a_local_instance():
+    pytest.importorskip("ray")
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+    init = {"num_cpus": 2, "_temp_dir": temp}
+    out = run_jobs(JOBS, Launcher("ray", {"ray": {"init": init}}), progress=False)
+    _check(out, 1)  # threads follow remote.num_cpus (1 unless set)
+    assert out[3].value != os.getpid()
+    shutil.rmtree(temp, ignore_errors=True)
