@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from curi.bank import ConceptBank, open_bank
 
-__all__ = ["bank", "split", "episodes", "open_bank_from_config", "split_from_config"]
+__all__ = [
+    "bank",
+    "split",
+    "episodes",
+    "job_launcher",
+    "open_bank_from_config",
+    "split_from_config",
+]
 
 log = logging.getLogger("curi")
 
@@ -38,6 +46,32 @@ def split_from_config(bank: ConceptBank, cfg: DictConfig):
     if isinstance(spec, dict) and "progress" in spec and not cfg.get("progress", True):
         spec["progress"] = False
     return make_split(bank, spec)
+
+
+def job_launcher(folder, *, threads: int | None = None, wait: bool = True):
+    """The `curi.jobs.Launcher` the user chose with ``hydra/launcher=NAME`` (default
+    ``basic``) and its ``hydra.launcher.*`` options, its logs under `folder`; submitit's
+    default folder (the Hydra sweep's) is replaced by ``<folder>/.submitit/%j``.
+
+    Raises:
+        ConfigError: an unknown launcher or option, a SLURM launcher without a partition,
+            a launcher not installed.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    from curi.jobs import Launcher, check_installed
+
+    if not HydraConfig.initialized():  # a config composed by hand (tests, notebooks)
+        return Launcher("basic", folder=Path(folder), threads=threads, wait=wait)
+    hc = HydraConfig.get()
+    name = hc.runtime.choices.get("hydra/launcher") or "basic"
+    check_installed(name)
+    raw = OmegaConf.to_container(hc.launcher, resolve=False)
+    if str(raw.get("submitit_folder", "")).startswith("${hydra.sweep.dir}"):
+        raw.pop("submitit_folder")  # the plugin's default: under the command's own folder
+    resolved = OmegaConf.to_container(hc.launcher, resolve=True)
+    options = {k: v for k, v in resolved.items() if k in raw and k != "_target_"}
+    return Launcher(name, options, folder=Path(folder), threads=threads, wait=wait)
 
 
 def bank(cfg: DictConfig) -> None:
