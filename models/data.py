@@ -87,7 +87,8 @@ class EpisodeDataset(Dataset):
     """Episodes of an `EpisodeSampler`, rendered: item i is a dict of tensors of episode i.
 
     Keys: ``support`` (S, *item) and ``query`` (Q, *item) model inputs, ``support_mask`` /
-    ``query_mask`` (S, 5) / (Q, 5) bool for per-object modalities (schema), ``support_labels``
+    ``query_mask`` (S, 5) / (Q, 5) bool for per-object modalities (schema, unless its
+    ``mask_channel`` option folds the mask into the inputs as a 21st feature), ``support_labels``
     / ``query_labels`` (S,) / (Q,) int64 (1 = positive), ``concept_tokens`` (L,) int64 padded
     to a fixed `max_len`, ``concept`` and ``index`` int64 scalars.
 
@@ -215,7 +216,8 @@ def episode_dataset(
         split: a split name (`curi.list_splits`), a split config, or a `Split`.
         subset: ``train``, ``val`` or ``test``.
         modality: ``schema``, ``image`` or ``sound``, or a renderer config (``name`` plus the
-            options of ``conf/modality/<name>.yaml``).
+            options of ``conf/modality/<name>.yaml``; ``{"name": "schema", "mask_channel":
+            True}`` gives one (5, 21) tensor per scene, the mask as its last feature).
         negatives: ``hard`` or ``easy``.
         seed: the episodes' seed.
         size: number of episodes (default: the paper's size of the subset).

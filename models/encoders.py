@@ -106,14 +106,22 @@ def _grid_positions(rows: int, cols: int) -> Tensor:
 class SchemaEncoder(Encoder):
     """Per-object MLP over schema vectors (input -> 57 -> 96); padded objects are zeroed.
 
-    Input: float32 (B, 5, 20) in the fixed schema layout and a bool mask (B, 5).
+    Input: float32 (B, 5, 20) in the fixed schema layout and a bool mask (B, 5); with
+    ``mask_channel`` (the schema renderer's option of that name), (B, 5, 21) whose last
+    feature is the mask, read as the mask and dropped, so the network is the same.
     """
 
     def __init__(
-        self, *, in_features: int = SCHEMA_FEATURES, hidden: int = 57, out_dim: int = 96
+        self,
+        *,
+        in_features: int = SCHEMA_FEATURES,
+        hidden: int = 57,
+        out_dim: int = 96,
+        mask_channel: bool = False,
     ) -> None:
         super().__init__()
         self.in_features = in_features
+        self.mask_channel = bool(mask_channel)
         self.out_dim = out_dim
         self.num_objects = SCHEMA_MAX_OBJECTS
         self.pos_dim = 0
@@ -125,12 +133,19 @@ class SchemaEncoder(Encoder):
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
 
+    @classmethod
+    def sized_for(cls, input_shape: tuple[int, ...]) -> dict:
+        """``mask_channel`` when the renderer appends the mask as one more feature."""
+        return {"mask_channel": True} if input_shape[-1] == SCHEMA_FEATURES + 1 else {}
+
     def forward(self, x: Tensor, mask: Tensor | None = None) -> EncodedObjects:
         """Encode schema scenes.
 
         Args:
-            x: (B, K, in_features) float object vectors.
-            mask: (B, K) bool; None means every slot is a real object.
+            x: (B, K, in_features) float object vectors, (B, K, in_features + 1) with
+                ``mask_channel``.
+            mask: (B, K) bool; None means every slot is a real object (with
+                ``mask_channel``: the mask feature says which).
 
         Returns:
             Objects (B, K, out_dim), the mask, and no positions.
@@ -138,10 +153,12 @@ class SchemaEncoder(Encoder):
         Raises:
             ValueError: wrong input shape.
         """
-        if x.dim() != 3 or x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"schema input must be (B, K, {self.in_features}), got {tuple(x.shape)}"
-            )
+        width = self.in_features + self.mask_channel
+        if x.dim() != 3 or x.shape[-1] != width:
+            raise ValueError(f"schema input must be (B, K, {width}), got {tuple(x.shape)}")
+        if self.mask_channel:  # (B, K, in_features + 1): the last feature is the mask
+            mask = x[..., -1] > 0.5 if mask is None else mask
+            x = x[..., :-1]
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         # where(), not multiplication: a NaN/inf in a padded slot must not leak through.

@@ -15,7 +15,9 @@ a model trained on that dataset is scored on the same tensors. Two ways to give 
   episode.
 
 Inputs are what the dataset gives for one set of scenes: a tensor ``(N, *item)``, or a
-``(features, mask)`` pair for per-object modalities (schema)."""
+``(features, mask)`` pair for per-object modalities (schema), unless the modality asks for
+one tensor (schema with ``mask_channel: true``: ``(N, 5, 21)``, the mask as the last
+feature)."""
 
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def _concat(parts: list) -> Any:
 
 def scene_inputs(bank, modality: Mapping | str, *, chunk: int = 512) -> Callable:
     """Scene ids -> model inputs as `episode_dataset` renders them for `modality`: ``x``
-    ``(N, *item)``, or ``(x, mask)`` with ``mask`` (N, 5) bool for per-object modalities;
+    ``(N, *item)``, or ``(x, mask)`` with ``mask`` (N, 5) bool for per-object modalities
+    (schema without ``mask_channel``);
     rendered `chunk` scenes at a time (the evaluation set is large).
 
     Raises:

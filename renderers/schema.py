@@ -1,5 +1,6 @@
 """Schema modality: one feature vector per object (one-hots, normalised projected position,
-depth and rotation), padded to 5 objects with a mask."""
+depth and rotation), padded to 5 objects with a mask, or with the mask as a 21st feature
+(``mask_channel``) for models that take one tensor per scene."""
 
 from __future__ import annotations
 
@@ -73,11 +74,15 @@ def encode(
 
 @register_renderer("schema")
 class SchemaRenderer(Renderer):
-    """Per-object schema vectors (B, 5, 20) with a (B, 5) mask.
+    """Per-object schema vectors (B, 5, 20) with a (B, 5) mask, or, with ``mask_channel``,
+    one tensor (B, 5, 21) whose last feature is the mask (1.0 for a real object, 0.0 for
+    padding) and no separate mask: every consumer (`episode_dataset`, scoring by modality,
+    exports) then sees one tensor per scene, as most backbones take.
 
     Args:
         width, height: image size of the camera that normalises pixel positions.
         device: where the tensors go.
+        mask_channel: append the mask as feature 21 instead of returning it apart.
     """
 
     name = "schema"
@@ -86,13 +91,26 @@ class SchemaRenderer(Renderer):
         "support / query: float32 (N, 5, 20) features; support_mask / query_mask: bool (N, 5)"
     )
 
-    def __init__(self, *, width: int = 240, height: int = 160, device: str = "cpu"):
+    def __init__(
+        self,
+        *,
+        width: int = 240,
+        height: int = 160,
+        device: str = "cpu",
+        mask_channel: bool = False,
+    ):
         self.camera = Camera(width=width, height=height)
         self.device = torch.device(device)
+        self.mask_channel = bool(mask_channel)
+        if self.mask_channel:  # one tensor per scene: no separate mask anywhere downstream
+            self.per_object = False
+            self.storage_format = (
+                "support / query: float32 (N, 5, 21) features, the last one the object mask"
+            )
 
     @property
     def item_shape(self) -> tuple[int, ...]:
-        return (MAX_OBJECTS, SCHEMA_DIM)
+        return (MAX_OBJECTS, SCHEMA_DIM + self.mask_channel)
 
     @property
     def value_range(self) -> tuple[float, float]:
@@ -105,6 +123,9 @@ class SchemaRenderer(Renderer):
 
     def render_packed(self, packed: Packed) -> Rendered:
         feats, mask = _encode_packed(packed, self.camera)
+        if self.mask_channel:
+            feats = np.concatenate([feats, mask[..., None].astype(np.float32)], -1)  # (B, 5, 21)
+            return Rendered(torch.from_numpy(feats).to(self.device))
         return Rendered(
             torch.from_numpy(feats).to(self.device), torch.from_numpy(mask).to(self.device)
         )
