@@ -108,7 +108,10 @@ def split(cfg: DictConfig) -> None:
 
 def episodes(cfg: DictConfig) -> None:
     """Export episodes with scene records (JSON lines, parquet or WebDataset tar shards,
-    optionally with each scene's rendered file: ``media=image|sound``) and a dataset card."""
+    optionally with each scene's rendered file: ``media=image|sound``) and a dataset card;
+    with ``jobs=N`` written by N jobs where ``hydra/launcher=NAME`` says (docs/cluster.md)."""
+    import dataclasses
+
     from curi.export import (
         check_export_options,
         check_export_path,
@@ -116,11 +119,18 @@ def episodes(cfg: DictConfig) -> None:
         export_episodes,
         get_media,
     )
+    from curi.export_parts import check_jobs, staging_folder
 
     check_export_options(cfg.n, cfg.shard_size, cfg.seed)  # before building a bank
-    check_export_path(cfg.out)
+    out_path = check_export_path(cfg.out)
     workers, threads = check_render_options(cfg.workers, cfg.threads)
+    jobs = check_jobs(cfg.get("jobs", 1))
     media = None if cfg.media is None else get_media(cfg.media, cfg.out)
+    launcher = None
+    if jobs > 1:  # the export's ranges written by jobs where hydra/launcher=NAME says
+        launcher = job_launcher(staging_folder(out_path))
+        if launcher.in_process:  # elsewhere each job has the threads of its cores
+            launcher = dataclasses.replace(launcher, threads=threads)
     bank = open_bank_from_config(cfg)
     s = split_from_config(bank, cfg)
     out = export_episodes(
@@ -137,5 +147,7 @@ def episodes(cfg: DictConfig) -> None:
         media=media,
         workers=workers,
         threads=threads,
+        jobs=jobs,
+        launcher=launcher,
     )
     log.info("wrote %s and its dataset card %s", out["episodes"], out["card"])

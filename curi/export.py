@@ -31,10 +31,20 @@ from pathlib import Path
 from typing import Protocol
 
 from curi import validate
-from curi.atomic import atomic_path, exclusive, owner_alive, temporaries, write_text
+from curi.atomic import atomic_path, exclusive, owner_alive, remove, temporaries, write_text
 from curi.bank_format import sha256
 from curi.episodes import Episode, EpisodeSampler
 from curi.errors import ConfigError, EpisodeFileError
+from curi.export_parts import (
+    Part,
+    check_jobs,
+    parts_folder,
+    plan_parts,
+    read_items,
+    run_parts,
+    staging_folder,
+    write_items,
+)
 from curi.splits import Split
 
 __all__ = [
@@ -440,6 +450,8 @@ def export_episodes(
     media: Media | None = None,
     workers: int | None = 1,
     threads: int | None = None,
+    jobs: int = 1,
+    launcher=None,
 ) -> dict:
     """Write episodes 0..n-1 of (split, subset) with ids, labels, the concept and the scene
     records, and a dataset card beside them (``<out>.card.md``).
@@ -467,6 +479,16 @@ def export_episodes(
     process's temporaries and surplus files. A second export to the same `out` while one
     runs fails at once (`curi.atomic.exclusive`).
 
+    With ``jobs`` > 1 the episodes are split into that many ranges (at most `n`, whatever
+    `shard_size`), each written by a job of `launcher` (a `curi.jobs.Launcher`; None: one
+    after another in this process, with `threads` torch threads) as a part in the hidden
+    staging folder ``.<out name>.parts/`` (`curi.export_parts`), its files rendered in the
+    job's process with the launcher's threads; then this process, holding the lock all the
+    while, streams the parts in order into the same writer, so the export is the single-job
+    export byte for byte. A finished part is reused by the next call with the same settings
+    (a failed or killed job's part alone is redone); the staging folder is removed once the
+    export is published.
+
     Returns:
         ``episodes``: the path written (for tar: its one shard, or the brace pattern
         ``<name>-{00000..NNNNN}.tar`` of its shards), ``files``: every file written, and
@@ -478,6 +500,7 @@ def export_episodes(
     """
     n, shard_size, seed = check_export_options(n, shard_size, seed)
     workers, threads = check_render_options(workers, threads)
+    jobs = check_jobs(jobs)
     out = check_export_path(out)
     if media is not None and _kind(out) == "lines":
         raise ConfigError(_NO_FILES_IN_LINES.format(name=out.name))
@@ -486,14 +509,17 @@ def export_episodes(
     sampler = EpisodeSampler(
         bank, split, subset, negatives, seed=seed, query_negatives=query_negatives, size=n
     )
-    episodes = (sampler[i] for i in tqdm(range(n), desc="episodes", disable=not progress))
     if media is not None and workers is not None:
         workers = min(workers, n)  # no more processes than episodes
-    with (
-        exclusive(out, what=f"out={out}", error=ConfigError),
-        contextlib.closing(_items(episodes, media, workers, threads)) as items,
-    ):
-        files, written = _publish_files(out, items, shard_size, media)
+    with exclusive(out, what=f"out={out}", error=ConfigError):
+        if min(jobs, n) > 1:
+            parts = _run_export_jobs(sampler, out, media, jobs, launcher, threads, progress)
+            items = read_items(parts)
+        else:
+            episodes = (sampler[i] for i in tqdm(range(n), desc="episodes", disable=not progress))
+            items = _items(episodes, media, workers, threads)
+        with contextlib.closing(items):
+            files, written = _publish_files(out, items, shard_size, media)
         meta = {
             "curi_export": CARD_FORMAT,
             "export": out.name,
@@ -508,9 +534,96 @@ def export_episodes(
         }
         card = write_text(_card_path(out), _card_text(meta, bank, split, written))
         _publishing(out).unlink(missing_ok=True)
+        if min(jobs, n) > 1:
+            remove(staging_folder(out))
     paths = [out.with_name(f["name"]) for f in files]
     written_path = _brace_pattern(out, len(files)) if _kind(out) == "tar" else out
     return {"episodes": written_path, "files": paths, "card": card}
+
+
+def _run_export_jobs(
+    sampler: EpisodeSampler,
+    out: Path,
+    media: Media | None,
+    jobs: int,
+    launcher,
+    threads: int | None,
+    progress: bool,
+) -> list[Part]:
+    """Write the parts of the export `out` (`curi.export_parts`) that earlier runs with the
+    same settings did not finish, one job per range; returns every part, in order."""
+    import dataclasses
+
+    from curi.jobs import Job, Launcher
+
+    split = sampler.split
+    settings = {
+        "curi_parts": 1,
+        "bank": str(Path(sampler.bank.path).resolve()),
+        "bank_manifest": sampler.bank.manifest.get("manifest_sha256"),
+        "split": str(split.name),
+        "split_concepts": _split_digest(split),
+        "subset": sampler.subset,
+        "negatives": sampler.negatives,
+        "query_negatives": sampler.query_negatives,
+        "seed": sampler.seed,
+        "n": sampler.size,
+        "jobs": min(jobs, sampler.size),
+        "media": _media_key(media),
+    }
+    parts = plan_parts(parts_folder(out, settings), sampler.size, jobs)
+    if launcher is None:
+        launcher = Launcher("basic", threads=threads)
+    if launcher.folder is None:
+        launcher = dataclasses.replace(launcher, folder=staging_folder(out))
+    args = (sampler.bank, split, sampler.subset, sampler.negatives, sampler.query_negatives)
+    args += (sampler.seed, sampler.size, media)
+
+    def job(part: Part) -> Job:
+        return Job(f"{out.name}:{part.name}", _export_range, (*args, part))
+
+    run_parts(parts, job, launcher, what=f"out={out}", progress=progress)
+    return parts
+
+
+def _export_range(
+    bank, split, subset, negatives, query_negatives, seed, n, media, part: Part
+) -> int:
+    """A job of a sharded export: episodes ``part.start..part.stop-1`` written as `part`,
+    their files rendered in this process (with the torch threads the launcher set)."""
+    sampler = EpisodeSampler(
+        bank, split, subset, negatives, seed=seed, query_negatives=query_negatives, size=n
+    )
+    episodes = (sampler[i] for i in range(part.start, part.stop))
+    with contextlib.closing(_items(episodes, media, 1, None)) as items:
+        return write_items(part, items)
+
+
+def _split_digest(split: Split) -> str:
+    """A digest of the concepts of each subset of `split` (its name alone may be reused)."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for subset in ("train", "val", "test", "dropped"):
+        h.update(np.ascontiguousarray(getattr(split, subset), np.int64).tobytes() + b"|")
+    return h.hexdigest()[:16]
+
+
+def _media_key(media: Media | None) -> dict | None:
+    """What identifies the rendered files of `media`: its suffix and the plain options of its
+    renderer (sizes, device, flags)."""
+    if media is None:
+        return None
+    renderer = getattr(media, "renderer", media)
+    plain = (bool, int, float, str, type(None))
+    opts = {
+        k: v if isinstance(v, plain) else str(v)
+        for k, v in sorted(vars(renderer).items())
+        if not k.startswith("_") and (isinstance(v, plain) or type(v).__name__ == "device")
+    }
+    return {"suffix": media.suffix, "renderer": type(renderer).__name__, "options": opts}
 
 
 def _publish_files(
@@ -765,12 +878,16 @@ def _texts(path: Path, parts: list[_Part]) -> Iterator[tuple[str, str]]:
         raise EpisodeFileError(f"cannot read episode file {path}: {e}") from None
 
 
-def read_episode_file(path: str | Path, *, limit: int | None = None) -> Iterator[dict]:
+def read_episode_file(
+    path: str | Path, *, limit: int | None = None, start: int = 0
+) -> Iterator[dict]:
     """Yield the episodes of an export (``.jsonl``, ``.jsonl.gz``, ``.parquet``, a ``.tar``
     shard, or the ``<name>.tar`` given to `export_episodes` or the brace pattern it returned,
     meaning all its shards; any other name is refused), without rendered files, checked:
     against the export's card when there is one (every file listed and present, none added,
-    sizes, SHA-256 and episode counts), and each episode's keys and lengths.
+    sizes, SHA-256 and episode counts), and each episode's keys and lengths. `start` skips
+    the first episodes (whole files, by their card's counts, are not even read), `limit`
+    stops before episode `limit` of the export: ``start=10, limit=20`` yields episodes 10..19.
 
     Raises:
         EpisodeFileError: the name is of no known format (`FORMATS`), the file is missing,
@@ -778,10 +895,20 @@ def read_episode_file(path: str | Path, *, limit: int | None = None) -> Iterator
             JSON, a missing key, labels and records of different lengths).
     """
     path = _unbrace(Path(path))
-    count = 0
-    for where, text in _texts(path, _plan(path)):
+    parts, count = _plan(path), 0
+    while (
+        len(parts) > 1
+        and parts[0].entry is not None
+        and count + parts[0].entry["episodes"] <= start
+    ):
+        count += parts[0].entry["episodes"]  # a whole file before `start`: not read
+        parts = parts[1:]
+    for where, text in _texts(path, parts):
         if limit is not None and count >= limit:
             return
+        if count < start:
+            count += 1
+            continue
         try:
             ep = json.loads(text)
         except json.JSONDecodeError as e:

@@ -3,6 +3,7 @@ and `curi episodes render` (re-render an exported episode file in another modali
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi import validate
-from curi.core_cli import open_bank_from_config, split_from_config
+from curi.core_cli import job_launcher, open_bank_from_config, split_from_config
 from curi.errors import ConfigError
+from curi.export_parts import check_jobs, staging_folder
 from curi.renderers import get_renderer
 from curi.renderers.rerender import default_workers, render_episode_file
 from curi.renderers.sheet import write_episode_page
@@ -103,7 +105,8 @@ def _show_episode(bank, cfg: DictConfig) -> None:
 
 def render_episodes(cfg: DictConfig) -> None:
     """Re-render an exported episode file in one modality (image, sound or schema), or as
-    text (``text=true``)."""
+    text (``text=true``); with ``jobs=N`` in N jobs where ``hydra/launcher=NAME`` says
+    (docs/cluster.md)."""
     for key, what in (("in", "the exported episode file"), ("out", "the output directory")):
         if OmegaConf.is_missing(cfg, key):
             raise ConfigError(
@@ -112,6 +115,7 @@ def render_episodes(cfg: DictConfig) -> None:
             )
     if cfg.limit is not None:
         validate.integer(cfg.limit, "limit", low=1, high=validate.MAX_EPISODES)
+    jobs = check_jobs(cfg.get("jobs", 1))
     if cfg.text:  # the text modality: rows for a sequence-to-sequence trainer, no arrays
         from curi.renderers.text_export import render_episodes_as_text
 
@@ -126,6 +130,11 @@ def render_episodes(cfg: DictConfig) -> None:
         workers = default_workers()
     workers = validate.integer(workers, "workers", low=1, high=1024)
     opts = OmegaConf.to_container(cfg.modality, resolve=True)
+    launcher = None
+    if jobs > 1:  # ranges of episodes rendered by jobs where hydra/launcher=NAME says
+        launcher = job_launcher(staging_folder(Path(cfg.out)))
+        if launcher.in_process:  # elsewhere each job has the threads of its cores
+            launcher = dataclasses.replace(launcher, threads=cfg.get("threads"))
     index = render_episode_file(
         cfg["in"],
         Path(cfg.out),
@@ -135,5 +144,7 @@ def render_episodes(cfg: DictConfig) -> None:
         progress=cfg.progress,
         options=opts,
         workers=workers,
+        jobs=jobs,
+        launcher=launcher,
     )
     print(index)

@@ -22,8 +22,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from curi.atomic import atomic_dir, atomic_path, write_text
+from curi.atomic import atomic_dir, atomic_path, remove, write_text
 from curi.export import EpisodeFileError, count_episodes, read_episode_file
+from curi.export_parts import (
+    Part,
+    check_jobs,
+    parts_folder,
+    plan_parts,
+    run_parts,
+    staging_folder,
+)
 from curi.machine import available_cores
 from curi.renderers.base import Renderer
 
@@ -172,6 +180,8 @@ def render_episode_file(
     progress: bool = True,
     options: dict | None = None,
     workers: int = 1,
+    jobs: int = 1,
+    launcher=None,
 ) -> Path:
     """Re-render the episodes of an exported file with `renderer`.
 
@@ -197,6 +207,12 @@ def render_episode_file(
         workers: processes rendering episodes side by side (`default_workers`: one per core),
             each with one torch thread; the output is the same for any number. 1: render in
             this process (with its torch threads), as does a renderer on a GPU.
+        jobs: split the episodes into that many ranges, each rendered by a job of `launcher`
+            (a `curi.jobs.Launcher`; None: one after another in this process) in its own
+            process with the launcher's threads; each job records its index entries in a part
+            of the hidden staging folder ``.<out name>.parts/`` beside `out`
+            (`curi.export_parts`), reused by the next call with the same settings, and this
+            process then writes `METADATA` and ``index.json``: the same files as one job.
 
     Returns:
         The path of ``index.json``, written last.
@@ -220,17 +236,27 @@ def render_episode_file(
         workers = 1  # a forked process cannot use the parent's CUDA context
     if total is not None:
         workers = min(workers, total)
-    jobs = (
-        (path, out, k, ep, with_files) for k, ep in enumerate(itertools.chain([first], episodes))
-    )
-    with contextlib.ExitStack() as stack:
-        table = None
-        if with_files:  # streamed to a temporary name, renamed into place when all is written
-            table = stack.enter_context(open(stack.enter_context(atomic_path(out / METADATA)), "w"))
-        done = stack.enter_context(
-            contextlib.closing(_in_order(renderer, _render_episode, jobs, workers))
+    jobs = check_jobs(jobs)
+    if jobs > 1 and total is None:
+        for _ in episodes:  # the reader says what is wrong with the file
+            pass
+    if jobs > 1 and total is not None and total > 1:
+        episodes.close()
+        entries = _render_in_jobs(path, out, renderer, with_files, total, options, jobs, launcher)
+    else:
+        tasks = (
+            (path, out, k, ep, with_files)
+            for k, ep in enumerate(itertools.chain([first], episodes))
         )
-        entries = _collect(done, table, total, progress, renderer.name)
+        with contextlib.ExitStack() as stack:
+            table = None
+            if with_files:  # streamed to a temporary name, renamed into place when all is written
+                tmp = stack.enter_context(atomic_path(out / METADATA))
+                table = stack.enter_context(open(tmp, "w"))
+            done = stack.enter_context(
+                contextlib.closing(_in_order(renderer, _render_episode, tasks, workers))
+            )
+            entries = _collect(done, table, total, progress, renderer.name)
     index = {
         "source": str(path.resolve()),
         "modality": renderer.name,
@@ -242,8 +268,82 @@ def render_episode_file(
         "episodes": entries,
     }
     write_text(out / "index.json", json.dumps(index, indent=1))
+    if jobs > 1:
+        remove(staging_folder(out))
     log.info("re-rendered %d episodes as %s into %s", len(entries), renderer.name, out)
     return out / "index.json"
+
+
+def _render_in_jobs(
+    path: Path,
+    out: Path,
+    renderer: Renderer,
+    with_files: bool,
+    total: int,
+    options: dict | None,
+    jobs: int,
+    launcher,
+) -> list[dict]:
+    """Render episodes 0..total-1 of `path` into `out` in `jobs` jobs of ranges (the parts
+    earlier calls with the same settings finished are reused), then write `METADATA` from the
+    parts, in order; returns the index entries."""
+    import dataclasses
+
+    from curi.jobs import Job, Launcher
+
+    source = path if path.is_file() else path.with_name(path.name + ".card.md")
+    stat = source.stat() if source.is_file() else None
+    settings = {
+        "curi_render_parts": 1,
+        "source": str(path.resolve()),
+        "source_file": [source.name, stat.st_size, stat.st_mtime_ns] if stat else None,
+        "renderer": type(renderer).__name__,
+        "renderer_options": {
+            k: v if isinstance(v, bool | int | float | str | type(None)) else str(v)
+            for k, v in sorted(vars(renderer).items())
+            if not k.startswith("_") and isinstance(v, bool | int | float | str | torch.device)
+        },
+        "options": options or {},
+        "files": with_files,
+        "episodes": total,
+        "jobs": min(jobs, total),
+    }
+    parts = plan_parts(parts_folder(out, settings), total, jobs)
+    launcher = launcher or Launcher("basic")
+    if launcher.folder is None:
+        launcher = dataclasses.replace(launcher, folder=staging_folder(out))
+
+    def job(part: Part) -> Job:
+        return Job(
+            f"{out.name}:{part.name}", _render_range, (renderer, path, out, with_files, part)
+        )
+
+    run_parts(parts, job, launcher, what=f"render {path} into {out}")
+    entries: list[dict] = []
+    with contextlib.ExitStack() as stack:
+        table = None
+        if with_files:
+            table = stack.enter_context(open(stack.enter_context(atomic_path(out / METADATA)), "w"))
+        for part in parts:
+            meta = part.marker()
+            entries += meta["entries"]
+            if table is not None:
+                table.write(meta["rows"])
+    return entries
+
+
+def _render_range(renderer: Renderer, path: Path, out: Path, with_files: bool, part: Part) -> int:
+    """A job of `render_episode_file`: episodes ``part.start..part.stop-1`` of `path` rendered
+    into `out` (here, with the torch threads the launcher set), their index entries and
+    `METADATA` rows kept in the part's completion marker."""
+    episodes = read_episode_file(path, start=part.start, limit=part.stop)
+    entries, rows = [], []
+    for k, ep in enumerate(episodes, part.start):
+        entry, row = _render_episode(renderer, path, out, k, ep, with_files)
+        entries.append(entry)
+        rows.append(row)
+    part.finish(entries=entries, rows="".join(rows))
+    return len(entries)
 
 
 def _collect(done, table, total, progress, name: str) -> list[dict]:
