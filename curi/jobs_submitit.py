@@ -3,6 +3,9 @@ as it needs the ``curi[slurm]`` extra)."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import submitit
 
 from curi.jobs import Job, call
@@ -20,4 +23,12 @@ class Requeueable(submitit.helpers.Checkpointable):
         self.job, self.threads = job, threads
 
     def __call__(self):
+        # submitit's job process ignores SIGTERM (it waits for SLURM's own signal); a forked
+        # worker of a process pool inherits that, so the pool's terminate (its `with` exit)
+        # hung forever: processes forked by the job get the default handler back.
+        os.register_at_fork(after_in_child=_default_sigterm)
         return call(self.job, self.threads)
+
+
+def _default_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +20,7 @@ from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
 from curi.paths import read_text
 
-__all__ = ["curve", "gap", "score"]
+__all__ = ["curve", "curve_collect", "gap", "score"]
 
 log = logging.getLogger("curi")
 
@@ -98,12 +99,14 @@ def _model_results(path: str) -> dict:
 
 def curve(cfg: DictConfig) -> None:
     """Gap versus compound divergence: MCD splits at target D_C, oracles, correlations."""
-    from curi.oracles.curve import divergence_curve, markdown, write_curve
+    from curi.core_cli import job_launcher
+    from curi.oracles.curve import divergence_curve
 
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seeds[0] if cfg.seeds else 0)
+    out = Path(cfg.output_dir)
+    launcher = job_launcher(out, threads=cfg.threads)
     bank = open_bank_from_config(cfg)
     model = _model_results(str(cfg.model_results)) if cfg.get("model_results") else None
-    out = Path(cfg.output_dir)
     result = divergence_curve(
         bank,
         mcd=OmegaConf.to_container(cfg.mcd, resolve=True),
@@ -116,7 +119,30 @@ def curve(cfg: DictConfig) -> None:
         model_results=model,
         workers=int(cfg.workers),
         progress=bool(cfg.progress),
+        out_dir=out,
+        launcher=launcher,
     )
+    _write_curve(result, out)
+
+
+def curve_collect(cfg: DictConfig) -> None:
+    """Rebuild the curve's results from its points (after the jobs of a cluster end)."""
+    from curi.oracles.curve import collect_curve
+
+    model = _model_results(str(cfg.model_results)) if cfg.get("model_results") else None
+    _write_curve(collect_curve(cfg.output_dir, model_results=model), Path(cfg.output_dir))
+
+
+def _write_curve(result: dict, out: Path) -> None:
+    """Write and print the study; a point that failed or is missing (not a target the
+    generator could not reach) ends the command with exit status 1 once all is written."""
+    from curi.oracles.curve import markdown, write_curve
+
     paths = write_curve(result, out)
     print(markdown(result))
     log.info("wrote %s (%.0f s)", ", ".join(str(p) for p in paths.values()), result["seconds"])
+    bad = [f for f in result["failed"] if f.get("point")]
+    if bad:
+        names = ", ".join(f["point"] for f in bad)
+        print(f"curi curve: {len(bad)} points failed or are missing: {names}", file=sys.stderr)
+        sys.exit(1)

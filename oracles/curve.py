@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,9 +23,18 @@ import numpy as np
 
 from curi.atomic import atomic_path, write_text
 from curi.errors import ConfigError, SplitError
+from curi.jobs import Launcher
 from curi.splits import PAPER_SPLITS, make_split
 
-__all__ = ["correlations", "divergence_curve", "markdown", "targets", "write_curve"]
+__all__ = [
+    "collect_curve",
+    "correlations",
+    "divergence_curve",
+    "markdown",
+    "point_job",
+    "targets",
+    "write_curve",
+]
 
 log = logging.getLogger("curi")
 METRICS = ("map_gap", "cba_gap")
@@ -66,8 +76,17 @@ def divergence_curve(
     model_results: Mapping[str, float] | None = None,
     workers: int = 0,
     progress: bool = True,
+    out_dir: str | Path | None = None,
+    launcher: Launcher | None = None,
 ) -> dict:
     """Generate the MCD splits of the study, run the oracles on them and correlate.
+
+    The work is jobs (`curi.jobs`, run by `launcher`; None: in this process): first one per
+    seed that generates the split of the highest D_C (it sets the range of targets), then one
+    per (target, seed) and one for the paper's splits, each making its split and scoring the
+    oracles on it. Each writes its point to ``<out_dir>/points/<name>.json`` with the settings
+    it was made with, so a finished point is reused by the next invocation; the result is
+    collected from the points (`collect_curve`). A job that failed is listed in ``failed``.
 
     Args:
         bank: a `ConceptBank`.
@@ -79,55 +98,169 @@ def divergence_curve(
         paper_splits: also measure the paper's nine splits (labelled points).
         split_dir: where to save every generated split (reusable with ``split=FILE``).
         model_results: split name -> a model's mAP on that split.
-        workers: processes of the oracles (0: one per core).
+        workers: processes of the oracles within a job run in this process (0: one per core;
+            a job in a process of its own uses one).
         progress: progress bars.
+        out_dir: where the points are kept (None: a temporary folder).
+        launcher: where the jobs run (`curi.jobs.Launcher`).
 
     Returns:
         ``rows`` (one per split and negatives, with D_A, D_C and the gaps), ``targets``,
-        ``failed`` (targets the generator could not reach, with its message), ``max_dc`` per
-        seed, ``correlations`` and ``seconds``.
+        ``failed`` (targets the generator could not reach, and jobs that failed, with the
+        message), ``max_dc`` per seed, ``correlations`` and ``seconds``.
     """
-    from curi.oracles.gap import compositionality_gap
-
+    if out_dir is None:  # the points in a temporary folder, gone with it
+        with tempfile.TemporaryDirectory(prefix="curi-curve-") as tmp:
+            return divergence_curve(
+                bank,
+                mcd=mcd,
+                step=step,
+                seeds=seeds,
+                negatives=negatives,
+                episodes=episodes,
+                paper_splits=paper_splits,
+                split_dir=split_dir,
+                model_results=model_results,
+                workers=workers,
+                progress=progress,
+                out_dir=tmp,
+                launcher=launcher,
+            )
     t0 = time.perf_counter()
+    launcher = launcher or Launcher()
+    out = Path(out_dir)
     base = {"rule": "mcd", "progress": False, **dict(mcd or {})}
     base.pop("target_dc", None)
-    splits, kinds, failed, max_dc = [], {}, [], {}
-    for seed in seeds:  # the highest D_C reached sets the range of targets
-        s = make_split(bank, {**base, "name": f"mcd_max_s{seed}", "seed": seed})
-        max_dc[seed] = s.info["d_compound"]
-        splits.append(s)
-        kinds[s.name] = ("mcd", None, seed)
-        log.info("curve: %s reached D_C %.3f (%.0f s)", s.name, max_dc[seed], s.info["seconds"])
-    tgts = targets(min(max_dc.values()), step)
-    for t in tgts:
-        if t >= min(max_dc.values()) - 1e-9:
-            continue
-        for seed in seeds:
-            name = f"mcd_{t:.2f}_s{seed}"
-            try:
-                s = make_split(bank, {**base, "name": name, "seed": seed, "target_dc": t})
-            except SplitError as e:
-                failed.append({"target_dc": t, "seed": seed, "error": str(e)})
-                log.warning("curve: %s", e)
-                continue
-            splits.append(s)
-            kinds[name] = ("mcd", t, seed)
+    where = bank if launcher.in_process else str(bank.path)
+    common = {
+        "base": base,
+        "negatives": list(negatives),
+        "episodes": int(episodes),
+        "workers": int(workers) if launcher.in_process else 1,
+        "split_dir": None if split_dir is None else str(split_dir),
+    }
+    first = {f"mcd_max_s{seed}": (seed, None) for seed in seeds}
+    _run_points(where, first, common, out, launcher, progress)
+    max_dc = {}
+    for name, (seed, _) in first.items():
+        point = _read_point(out, name, common)
+        if point is not None and "d_compound" in point:
+            max_dc[seed] = point["d_compound"]
+    tgts = targets(min(max_dc.values()), step) if max_dc else []
+    below = [t for t in tgts if t < min(max_dc.values()) - 1e-9] if max_dc else []
+    second = {f"mcd_{t:.2f}_s{seed}": (seed, t) for t in below for seed in seeds}
+    if paper_splits:
+        second["paper"] = (None, None)
+    _run_points(where, second, common, out, launcher, progress)
+    plan = {"settings": {**common, "split_dir": None}, "points": [*first, *second]}
+    plan.update(targets=tgts, max_dc=max_dc, seconds=round(time.perf_counter() - t0, 1))
+    write_text(out / "points" / "plan.json", json.dumps(plan, indent=2) + "\n")
+    return collect_curve(out, model_results=model_results)
+
+
+def _point_path(out: Path, name: str) -> Path:
+    return out / "points" / f"{name}.json"
+
+
+def _read_point(out: Path, name: str, common: Mapping) -> dict | None:
+    """A point written with the same settings, or None."""
+    try:
+        point = json.loads(_point_path(out, name).read_text())
+    except (OSError, ValueError):
+        return None
+    mine = {k: v for k, v in common.items() if k not in ("workers", "split_dir")}
+    return point if point.get("settings") == mine else None
+
+
+def _run_points(where, points: Mapping, common: Mapping, out: Path, launcher, progress) -> None:
+    """Run the jobs of the points not already written with the same settings."""
+    from curi.jobs import Job, run_jobs
+
+    jobs = [
+        Job(name, point_job, (where, name, seed, target, dict(common), str(out)))
+        for name, (seed, target) in points.items()
+        if _read_point(out, name, common) is None
+    ]
+    for o in run_jobs(jobs, launcher, progress=progress and not launcher.in_process):
+        if not o.ok:  # its point records the failure for the collect step
+            mine = {k: v for k, v in common.items() if k not in ("workers", "split_dir")}
+            body = {"name": o.name, "settings": mine, "error": o.error or "failed"}
+            write_text(_point_path(out, o.name), json.dumps(body, indent=2) + "\n")
+
+
+def point_job(bank, name: str, seed, target, common: Mapping, out_dir: str) -> dict:
+    """A job: one point of the study (the split `name` of the MCD generator at `target` D_C
+    with `seed`, its maximum when `target` is None; ``paper``: the paper's nine splits), the
+    oracles' gap rows on it, written to ``<out_dir>/points/<name>.json``. A target the
+    generator cannot reach is a point with its message, not an error. `bank`: a bank or its
+    path (opened in the job's process)."""
+    from curi.bank import load_bank
+    from curi.oracles.gap import compositionality_gap
+
+    bank = load_bank(bank) if isinstance(bank, str) else bank
+    mine = {k: v for k, v in common.items() if k not in ("workers", "split_dir")}
+    point = {"name": name, "settings": mine, "seed": seed, "target_dc": target}
+    gap = {"episodes": common["episodes"], "workers": common["workers"], "progress": False}
+    if name == "paper":
+        point["rows"] = compositionality_gap(bank, list(PAPER_SPLITS), common["negatives"], **gap)
+    else:
+        spec = {**common["base"], "name": name, "seed": seed}
+        if target is not None:
+            spec["target_dc"] = target
+        try:
+            s = make_split(bank, spec)
+        except SplitError as e:
+            if target is None:
+                raise
+            point["unreached"] = str(e)
+            log.warning("curve: %s", e)
+        else:
             log.info("curve: %s D_C %.3f (%.0f s)", name, s.info["d_compound"], s.info["seconds"])
-    if split_dir is not None:
-        for s in splits:
-            s.save(Path(split_dir) / f"{s.name}.json", bank)
-    names = [s for s in PAPER_SPLITS if paper_splits]
-    rows = compositionality_gap(
-        bank, [*splits, *names], negatives, episodes=episodes, workers=workers, progress=progress
-    )
-    for r in rows:
-        kind, t, seed = kinds.get(r["split"], ("paper", None, None))
-        r.update(kind=kind, target_dc=t, seed=seed)
-        if model_results and r["split"] in model_results:
-            r["model_map"] = float(model_results[r["split"]])
+            if common.get("split_dir"):
+                s.save(Path(common["split_dir"]) / f"{name}.json", bank)
+            point["d_compound"] = s.info["d_compound"]
+            point["rows"] = compositionality_gap(bank, [s], common["negatives"], **gap)
+    write_text(_point_path(Path(out_dir), name), json.dumps(point, indent=2) + "\n")
+    return point
+
+
+def collect_curve(out_dir: str | Path, *, model_results: Mapping[str, float] | None = None) -> dict:
+    """The study collected from the points of `divergence_curve` under `out_dir` (as it
+    returns it); a point that is missing or failed is listed in ``failed``.
+
+    Raises:
+        ConfigError: `out_dir` holds no curve (no ``points/plan.json``).
+    """
+    out = Path(out_dir)
+    try:
+        plan = json.loads((out / "points" / "plan.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{out} holds no divergence curve (no points/plan.json)") from e
+    rows, failed = [], []
+    for name in plan["points"]:
+        point = _read_point(out, name, {**plan["settings"], "workers": None})
+        if point is None or "error" in point:
+            error = (
+                "missing (not run, still running or killed)" if point is None else point["error"]
+            )
+            failed.append({"target_dc": None, "seed": None, "point": name, "error": error})
+        elif "unreached" in point:
+            failed.append(
+                {
+                    "target_dc": point["target_dc"],
+                    "seed": point["seed"],
+                    "error": point["unreached"],
+                }
+            )
+        else:
+            kind = "paper" if name == "paper" else "mcd"
+            for r in point["rows"]:
+                r.update(kind=kind, target_dc=point["target_dc"], seed=point["seed"])
+                if model_results and r["split"] in model_results:
+                    r["model_map"] = float(model_results[r["split"]])
+                rows.append(r)
     corr = {}
-    for neg in negatives:
+    for neg in plan["settings"]["negatives"]:
         mcd_rows = [r for r in rows if r["negatives"] == neg and r["kind"] == "mcd"]
         all_rows = [r for r in rows if r["negatives"] == neg and r.get("d_compound") is not None]
         for metric in (*METRICS, "model_map"):
@@ -139,11 +272,11 @@ def divergence_curve(
                     )
     return {
         "rows": rows,
-        "targets": tgts,
-        "max_dc": max_dc,
+        "targets": plan["targets"],
+        "max_dc": {int(k): v for k, v in plan["max_dc"].items()},
         "failed": failed,
         "correlations": corr,
-        "seconds": round(time.perf_counter() - t0, 1),
+        "seconds": plan["seconds"],
     }
 
 
@@ -204,9 +337,14 @@ def markdown(result: dict) -> str:
     for key, c in result["correlations"].items():
         f = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
         lines.append(f"| {key} | {f(c['pearson'])} | {f(c['spearman'])} | {c['n']} |")
-    if result["failed"]:
+    unreached = [f for f in result["failed"] if not f.get("point")]
+    if unreached:
         lines += ["", "## Targets not reached", ""]
-        lines += [f"- {f['target_dc']} (seed {f['seed']}): {f['error']}" for f in result["failed"]]
+        lines += [f"- {f['target_dc']} (seed {f['seed']}): {f['error']}" for f in unreached]
+    broken = [f for f in result["failed"] if f.get("point")]
+    if broken:
+        lines += ["", "## Points that failed or are missing (run the command again)", ""]
+        lines += [f"- {f['point']}: {f['error']}" for f in broken]
     return "\n".join(lines) + "\n"
 
 
