@@ -1,8 +1,10 @@
 """Checkpoints and metric logs of training runs: atomic saves, loading a file or a run
-directory's best checkpoint, and scalars to JSON lines and TensorBoard."""
+directory's best checkpoint, a digest of a model's weights, and scalars to JSON lines and
+TensorBoard."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -25,6 +27,7 @@ __all__ = [
     "link_checkpoint",
     "load_checkpoint",
     "save_checkpoint",
+    "state_digest",
 ]
 
 log = logging.getLogger(__name__)
@@ -105,6 +108,18 @@ def save_checkpoint(payload: dict, path: Path) -> None:
     """torch.save to a temporary name, then rename into place (never a half-written file)."""
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
+
+
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 (hex) of a state dict: every entry's name, dtype, shape and bytes, in name
+    order. Equal digests mean bitwise-equal weights and buffers, e.g. a checkpoint's
+    ``model`` and the model a DDP process holds (`train`'s summary, ``weights_sha256``)."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def link_checkpoint(src: Path, dst: Path) -> None:

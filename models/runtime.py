@@ -1,13 +1,17 @@
 """Where and how a training run executes: the device, the processes of distributed
 data-parallel training under ``torchrun``, mixed precision (AMP) and forked torch RNG state.
 Training (`curi.models.train`) and evaluation (`curi.models.evaluate`) ask a `Runtime` rather
-than branching on CUDA or on the process count themselves."""
+than branching on CUDA or on the process count themselves. `StopSignals` turns SIGUSR1 / SIGTERM
+(a scheduler's warning before preemption or the time limit) into a stop at a step that every
+process agrees on (docs/cluster.md, "Multi-node training")."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
+import signal
+import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -20,7 +24,15 @@ from curi.errors import ConfigError
 if TYPE_CHECKING:
     from curi.models.config import TrainSettings
 
-__all__ = ["Runtime", "autocast", "resolve_device", "start_runtime", "to_device"]
+__all__ = [
+    "Runtime",
+    "StopSignals",
+    "TrainingStopped",
+    "autocast",
+    "resolve_device",
+    "start_runtime",
+    "to_device",
+]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -130,6 +142,14 @@ class Runtime:
         if self.is_main:
             self.barrier()
 
+    def gather(self, value: int) -> list[int]:
+        """`value` of every process, by rank (``[value]`` alone)."""
+        if not self.distributed:
+            return [value]
+        out: list = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
+
     def broadcast_buffers(self, model: torch.nn.Module) -> None:
         """Copy rank 0's buffers to every process: BatchNorm running statistics are per
         process, and validation must see one model."""
@@ -143,24 +163,49 @@ class Runtime:
             dist.destroy_process_group()
 
 
+def _env_int(name: str, default: int | None = None) -> int | None:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer; torchrun sets it") from None
+
+
 def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None) -> Runtime:
     """The `Runtime` of this process, joining the ``torchrun`` process group when
-    ``WORLD_SIZE`` > 1 (``RANK``, ``LOCAL_RANK``; NCCL on CUDA, gloo on the CPU).
+    ``WORLD_SIZE`` > 1 (NCCL on CUDA, gloo on the CPU). The global ``RANK`` orders the
+    processes (rank 0, on the first node, writes); ``LOCAL_RANK`` (the process's place on its
+    own node) picks its GPU; ``MASTER_ADDR`` / ``MASTER_PORT`` are where the group meets.
 
     Args:
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; under ``torchrun`` a CUDA process
-            takes GPU ``LOCAL_RANK``.
+            takes GPU ``LOCAL_RANK`` of its node.
         settings: the run's `TrainSettings`, for the autocast dtype (default: no AMP).
 
     Raises:
-        ConfigError: an unknown device, or CUDA asked for but not available.
+        ConfigError: an unknown device, CUDA asked for but not available, ``WORLD_SIZE`` > 1
+            without the rest of torchrun's environment, or more processes on a node than GPUs.
     """
     base = resolve_device(device)
-    world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    world = max(1, _env_int("WORLD_SIZE", 1))
     rank, owns = 0, False
     if world > 1:
-        rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        if not dist.is_initialized():
+            missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+            if missing:
+                raise ConfigError(
+                    f"WORLD_SIZE={world} but {', '.join(missing)} not set: start the processes "
+                    "with torchrun (docs/cluster.md), or unset WORLD_SIZE to train in one process"
+                )
+        rank, local = _env_int("RANK"), _env_int("LOCAL_RANK", 0)
         if base.type == "cuda":
+            if local >= torch.cuda.device_count():
+                raise ConfigError(
+                    f"LOCAL_RANK={local} but this node has {torch.cuda.device_count()} GPU(s): "
+                    "give torchrun --nproc_per_node no larger than the GPUs of a node"
+                )
             torch.cuda.set_device(local)
             base = torch.device("cuda", local)
         owns = not dist.is_initialized()
@@ -168,3 +213,97 @@ def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None
             dist.init_process_group("nccl" if base.type == "cuda" else "gloo")
     amp = settings.autocast_dtype(base) if settings is not None else None
     return Runtime(base, rank=rank, world_size=world, amp_dtype=amp, owns_process_group=owns)
+
+
+class TrainingStopped(SystemExit):
+    """Training stopped on a signal (`StopSignals`) after saving a checkpoint of the step
+    reached. Like `KeyboardInterrupt` it is not an `Exception`: uncaught, it ends the process
+    with exit status 128 + the signal's number (138 for SIGUSR1, 143 for SIGTERM), the status a
+    shell gives a process ended by that signal. Running the same command again resumes.
+
+    Attributes:
+        signum: the signal.
+        step: the step reached and saved.
+        checkpoint: the checkpoint written (None on ranks other than 0).
+    """
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None) -> None:
+        super().__init__(128 + signum)
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+
+    def __str__(self) -> str:
+        where = f"; checkpoint {self.checkpoint}" if self.checkpoint else ""
+        return (
+            f"training stopped by {signal.Signals(self.signum).name} at step {self.step}{where}; "
+            "run the same command again to resume"
+        )
+
+
+class StopSignals:
+    """SIGUSR1 and SIGTERM, while the block runs, ask training to stop at a step boundary
+    instead of ending the process: SLURM sends one before preemption or the time limit
+    (``--signal=USR1@120``; submitit's default is USR1). A signal whose handler is
+    ``SIG_IGN`` stays ignored; the previous handlers come back at the end of the block.
+
+    Every process calls `should_stop` once after each step. Alone, it answers at once. Under
+    DDP each process may get the signal at a different step, so the answer is agreed: every
+    step's flags are max-reduced (a gloo group on the CPU, asynchronously, so no step waits
+    for it) and read one step later, so all processes stop after the same step.
+
+    Handlers are installed only in the main thread (Python's rule); elsewhere nothing stops.
+    """
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.received: int | None = None  # the first signal this process got
+        self._previous: dict[int, object] = {}
+        self._pending: tuple | None = None  # (async work, its flag tensor)
+        self._group = None
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                before = signal.getsignal(sig)
+                if before is not signal.SIG_IGN:
+                    self._previous[sig] = before
+                    signal.signal(sig, self._note)
+        if self.rt.distributed:
+            self._group = dist.new_group(backend="gloo")
+        return self
+
+    def _note(self, signum: int, frame) -> None:  # a signal handler: set a flag, nothing else
+        if self.received is None:
+            self.received = signum
+
+    def should_stop(self) -> int | None:
+        """The signal to stop on now, agreed by every process (None: go on)."""
+        if not self.rt.distributed:
+            return self.received
+        agreed = None
+        if self._pending is not None:
+            work, flag = self._pending
+            work.wait()
+            agreed = int(flag.item()) or None
+        flag = torch.tensor([self.received or 0], dtype=torch.int64)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._pending = (work, flag)
+        return agreed
+
+    def forward(self, signum: int) -> None:
+        """Call the handler the signal had before the block, if it was a Python function (as
+        submitit's, which requeues the job): after the checkpoint, the job's launcher acts.
+        Call it after the block, once the step reached is saved."""
+        before = self._previous.get(signum)
+        if callable(before):
+            before(signum, None)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for sig, before in self._previous.items():  # kept for `forward`
+            signal.signal(sig, before)
+        if self._group is not None and exc_type is None:  # every process sent the last flag
+            if self._pending is not None:
+                self._pending[0].wait()
+            dist.destroy_process_group(self._group)
+        self._pending = self._group = None

@@ -28,6 +28,7 @@ from curi.models.checkpoint import (
     link_checkpoint,
     load_checkpoint,
     save_checkpoint,
+    state_digest,
 )
 from curi.models.config import RunConfig, build_model, check_resumable, run_bank
 from curi.models.data import (
@@ -40,7 +41,7 @@ from curi.models.data import (
 from curi.models.evaluate import evaluate_episodes
 from curi.models.pipeline import LiveScenes, RenderAhead, pass_batch
 from curi.models.protonet import ProtoNet, ProtoOutput
-from curi.models.runtime import Runtime, start_runtime
+from curi.models.runtime import Runtime, StopSignals, TrainingStopped, start_runtime
 from curi.oracles.eval_set import EvalSet
 from curi.renderers import Renderer
 from curi.rng import derive_rng
@@ -68,7 +69,14 @@ def train(
     val mAP is ``checkpoints/best.pt``. Checkpoints ``checkpoints/step_XXXXXXX.pt`` (and
     ``last.pt``) every ``checkpoint_every`` steps and at the end hold the model, optimizer,
     step and ``run.to_dict()``. Under ``torchrun`` (WORLD_SIZE > 1) the model is wrapped in
-    DDP, each process takes its own episodes, rank 0 writes.
+    DDP, each process takes its own episodes (a step trains on batch size x world size
+    episodes), rank 0 writes; every process ends with the same weights, and a run is
+    deterministic for a given world size (docs/cluster.md, "Multi-node training").
+
+    SIGUSR1 or SIGTERM (a scheduler's warning before preemption or the time limit) stops the
+    run after the current step (under DDP, a step all processes agree on): the checkpoint of
+    that step is saved, a handler the signal had before (submitit's requeue) is called, and
+    `TrainingStopped` (exit status 128 + signal) is raised; the same command run again resumes.
 
     A run folder holds one run, each (tag, step) of its metrics once. Without `resume`, a
     `run_dir` that holds ``checkpoints/last.pt`` is that run, rerun: it resumes from there, or
@@ -87,11 +95,16 @@ def train(
 
     Returns:
         The summary (also written to ``summary.json``): steps, best val mAP and step, last val
-        metrics, paths of the checkpoints, parameter counts, training episodes per second.
+        metrics, paths of the checkpoints, parameter counts, training episodes per second,
+        ``world_size``, ``batch_size`` (episodes per step and process), ``episodes_per_step``
+        (all processes) and ``weights_sha256`` (`state_digest` of the model this process ends
+        with: equal on every process, and equal to the digest of ``last.pt``'s model).
 
     Raises:
-        ConfigError: bad config, CUDA asked for but absent, or a resume checkpoint (or the
-            run already in `run_dir`) made by a different config.
+        ConfigError: bad config, CUDA asked for but absent, a resume checkpoint (or the
+            run already in `run_dir`) made by a different config, or processes that found
+            different checkpoints to resume from (a `run_dir` not shared by all nodes).
+        TrainingStopped: stopped by a signal (a `SystemExit`), after saving a checkpoint.
     """
     rt = start_runtime(run.device, settings=run.train)
     try:
@@ -99,12 +112,29 @@ def train(
         try:
             if fit.start >= fit.run.train.steps:
                 return _finished(fit)
-            done, seconds = _run_steps(fit, progress=progress)
+            with StopSignals(rt) as stop:
+                done, seconds, signum = _run_steps(fit, stop, progress=progress)
+            if signum is not None:
+                _stop(fit, stop, signum, done)
         finally:
             fit.logger.close()
         return fit.summary(done, seconds)
     finally:
         rt.close()
+
+
+def _stop(fit: _Fit, stop: StopSignals, signum: int, done: int) -> None:
+    """After a stop signal: save the step reached (unless just saved), let the signal's
+    earlier handler act (submitit requeues), then raise `TrainingStopped`."""
+    path = fit.ckpt_dir / f"step_{done:07d}.pt"
+    if done > fit.start and not _due(done, fit.run.train.checkpoint_every, fit.run.train.steps):
+        fit.save(done)
+    fit.rt.barrier()  # the checkpoint is on disk before any process leaves
+    stopped = TrainingStopped(signum, done, str(path) if fit.rt.is_main else None)
+    log.warning("%s", stopped)
+    fit.logger.close()
+    stop.forward(signum)
+    raise stopped
 
 
 # --- wiring ----------------------------------------------------------------------------------
@@ -155,6 +185,7 @@ class _Fit:
             "optimizer": self.opt.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
             "config": self.run.to_dict(),
+            "world_size": self.rt.world_size,
             "bank_path": str(self.bank.path),
             "max_len": self.max_len,
             "best_map": self.state.best_map,
@@ -187,6 +218,9 @@ class _Fit:
             else None,
             "device": str(self.rt.device),
             "world_size": world,
+            "batch_size": self.batch,
+            "episodes_per_step": self.batch * world,
+            "weights_sha256": state_digest(self.model.state_dict()),
         }
         if self.rt.is_main:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -214,9 +248,12 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     own = run_dir / "checkpoints" / "last.pt"
     rerun = resume is None and own.is_file()
     if resume is not None or rerun:
-        start, state = _resume(own if rerun else resume, run, model, opt, scaler, rerun=rerun)
+        start, state = _resume(
+            own if rerun else resume, run, model, opt, scaler, rerun=rerun, world=rt.world_size
+        )
     elif rt.is_main:
         _start_clean(run_dir)
+    _check_same_start(rt, start, run_dir)
     net = rt.wrap(model)
     if s.compile:
         net = torch.compile(net)
@@ -265,10 +302,14 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     return fit
 
 
-def _resume(resume, run: RunConfig, model, opt, scaler, *, rerun: bool) -> tuple[int, _Val]:
+def _resume(
+    resume, run: RunConfig, model, opt, scaler, *, rerun: bool, world: int = 1
+) -> tuple[int, _Val]:
     """Load a checkpoint (a file, or a run directory's ``last.pt``) into the model, optimiser
     and scaler after checking it was made by a config that computes the same steps. `rerun`:
-    the checkpoint is the output folder's own (not asked for), which the message says.
+    the checkpoint is the output folder's own (not asked for), which the message says. A
+    checkpoint saved by another number of processes than `world` resumes with a warning: the
+    steps after it see other episodes than an uninterrupted run.
 
     Returns:
         ``(step, validation state)`` saved with it.
@@ -289,8 +330,33 @@ def _resume(resume, run: RunConfig, model, opt, scaler, *, rerun: bool) -> tuple
     if ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])
     state = _Val(float(ckpt.get("best_map", -math.inf)), ckpt.get("best_step"), ckpt.get("val"))
+    saved = ckpt.get("world_size", 1)
+    if saved != world:
+        log.warning(
+            "%s was saved by %d process(es), resumed by %d: the steps from here differ from an "
+            "uninterrupted run (episodes per step and their order depend on the world size)",
+            path,
+            saved,
+            world,
+        )
     log.info("resumed from %s at step %d", path, int(ckpt["step"]))
     return int(ckpt["step"]), state
+
+
+def _check_same_start(rt: Runtime, start: int, run_dir: Path) -> None:
+    """Every process must resume from the same step: DDP copies rank 0's weights to the
+    others, but not the optimiser state, and the step decides the episodes.
+
+    Raises:
+        ConfigError: the processes found different checkpoints (or none).
+    """
+    starts = rt.gather(start)
+    if len(set(starts)) > 1:
+        raise ConfigError(
+            f"the processes would start at different steps {starts} (by rank): each reads "
+            f"{run_dir}/checkpoints/last.pt (or resume=) itself, so put output_dir on a "
+            "filesystem every node shares"
+        )
 
 
 def _start_clean(run_dir: Path) -> None:
@@ -489,12 +555,13 @@ def _log_train(fit: _Fit, window: _Window, out: ProtoOutput, done: int, bar) -> 
         )
 
 
-def _run_steps(fit: _Fit, *, progress: bool) -> tuple[int, float]:
+def _run_steps(fit: _Fit, stop: StopSignals, *, progress: bool) -> tuple[int, float, int | None]:
     """Steps ``start..steps``: train, log every ``log_every``, validate every ``eval_every``,
-    checkpoint every ``checkpoint_every`` steps, and all three at the end.
+    checkpoint every ``checkpoint_every`` steps, and all three at the end; or stop early, after
+    a step, when `stop` says so.
 
     Returns:
-        ``(steps done, seconds spent training)``.
+        ``(steps done, seconds spent training, the stop signal or None)``.
     """
     from tqdm import tqdm
 
@@ -517,9 +584,12 @@ def _run_steps(fit: _Fit, *, progress: bool) -> tuple[int, float]:
                 fit.save(done)
             if _due(done, s.log_every, s.steps):
                 window.restart()  # the next window excludes validation and saving
+            signum = stop.should_stop()
+            if signum is not None and done < s.steps:
+                return done, window.seconds, signum
     finally:
         bar.close()
-    return done, window.seconds
+    return done, window.seconds, None
 
 
 # --- validation ------------------------------------------------------------------------------
