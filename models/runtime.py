@@ -251,6 +251,9 @@ class StopSignals:
     for it) and read one step later, so all processes stop after the same step.
 
     Handlers are installed only in the main thread (Python's rule); elsewhere nothing stops.
+    Processes forked inside the block (DataLoader workers) inherit the handler, so they ignore
+    the signal: a scheduler that signals the whole process tree (SLURM) does not kill them
+    under the main process, which ends them itself.
     """
 
     SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
