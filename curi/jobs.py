@@ -360,12 +360,14 @@ def _gather(jobs: list[Job], submitted: list, progress: bool) -> list[Outcome]:
 def _ray(jobs: list[Job], launcher: Launcher, progress: bool) -> list[Outcome]:
     """Through Ray: ``ray.init(**init)`` (a local instance when ``address`` is null; its
     dashboard off unless asked), each job a ``ray.remote(**remote)`` task."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local instance needs no token
-    import ray
-
     conf = dict(launcher.options.get("ray") or {})
     init = {k: v for k, v in dict(conf.get("init") or {}).items() if v is not None}
     remote = {"num_cpus": 1, **dict(conf.get("remote") or {})}
+    if init.get("address") not in (None, "auto", "local"):
+        _check_reachable(str(init["address"]))
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local instance needs no token
+    import ray
+
     started = not ray.is_initialized()
     if started:
         if "address" not in init:
@@ -394,3 +396,19 @@ def _ray(jobs: list[Job], launcher: Launcher, progress: bool) -> list[Outcome]:
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse a Ray address (``host:port`` or ``ray://host:port``) nothing answers at: Ray
+    itself would retry for minutes."""
+    import socket
+
+    host, _, port = address.split("://")[-1].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"hydra/launcher=ray: Ray is not reachable at {address} ({e}); start the cluster "
+            "(ray start --head) or correct hydra.launcher.ray.init.address"
+        ) from e

@@ -85,6 +85,13 @@ def test_a_slurm_launcher_without_slurm_says_so_before_any_job(tmp_path, monkeyp
         run_jobs(JOBS[:1], launcher, progress=False)
 
 
+def test_a_ray_address_nothing_answers_at_is_one_line(monkeypatch):
+    monkeypatch.setattr(jobs_mod, "_importable", lambda m: True)  # checked before Ray imports
+    launcher = Launcher("ray", {"ray": {"init": {"address": "127.0.0.1:1"}}})
+    with pytest.raises(ConfigError, match="Ray is not reachable at 127.0.0.1:1"):
+        run_jobs(JOBS[:1], launcher, progress=False)
+
+
 @pytest.mark.slow
 def test_ray_runs_jobs_on_a_local_instance():
     pytest.importorskip("ray")
