@@ -226,3 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     # the job name names the run's log file (<command>.log beside .hydra/)
     sys.argv = [f"curi {name.replace('.', ' ')}", *rest, f"hydra.job.name={config_name}"]
     app()
+
+
+if __name__ == "__main__":  # python -m curi.cli
+    main()

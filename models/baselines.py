@@ -22,7 +22,7 @@ from curi.atomic import write_text
 from curi.errors import ConfigError
 from curi.jobs import Job, Launcher, run_jobs
 from curi.models.baseline_table import baseline_table
-from curi.models.config import RunConfig, build_model
+from curi.models.config import RunConfig, build_model, with_new_defaults
 from curi.models.data import make_renderer
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
 from curi.models.train import train
@@ -235,6 +235,8 @@ def _claim(r: BaselineRun, ident: dict, force: bool) -> dict | None:
     """The finished result of a run folder made with the same settings (None: run it); a
     folder made with other settings is an error, or emptied with `force`."""
     saved = _read_json(r.dir / "run.json")
+    if isinstance(saved, dict) and isinstance(saved.get("run"), dict):  # by an older curi
+        saved = {**saved, "run": with_new_defaults(saved["run"], ident["run"])}
     if saved is not None and saved != ident:
         if not force:
             raise ConfigError(

@@ -306,9 +306,37 @@ def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:
         )
 
 
+def with_new_defaults(saved: Mapping, now: Mapping) -> dict:
+    """`saved` (a run config's ``to_dict``, written by an older curi) with the options its
+    modality and pooling lacked added at the value `now` gives them, where that is the
+    preset's default: an option added later (``mask_channel``) does not make an older run
+    look like one made with other settings."""
+    from curi.errors import CuriError
+    from curi.presets import load_preset
+
+    out = json.loads(json.dumps(saved))
+    for group in ("modality", "pooling"):
+        old, new = out.get(group), now.get(group)
+        if (
+            not isinstance(old, dict)
+            or not isinstance(new, dict)
+            or old.get("name") != new.get("name")
+        ):
+            continue
+        try:
+            preset = load_preset(group, str(new["name"]))
+        except CuriError:
+            continue
+        for key, value in new.items():
+            if key not in old and key in preset and preset[key] == value:
+                old[key] = value
+    return out
+
+
 def check_resumable(saved: RunConfig, now: RunConfig, path: Path) -> None:
     """Refuse to resume a checkpoint made by a config that computes different steps."""
-    a, b = saved.to_dict(), now.to_dict()
+    b = now.to_dict()
+    a = with_new_defaults(saved.to_dict(), b)
     for d in (a, b):
         for k in ("device", "data_dir"):
             d.pop(k)

@@ -267,6 +267,14 @@ def test_a_run_of_curi_train_with_the_same_overrides_is_resumable_by_the_sweep(t
     other = dataclasses.replace(run.run, split="counting")  # a name, not the preset's rule
     with pytest.raises(ConfigError, match="split"):
         check_resumable(made, other, tmp_path / "last.pt")
+    # a run saved by an older curi, before the schema renderer had mask_channel, resumes; a
+    # run that set the option otherwise does not
+    older = {k: v for k, v in made.modality.items() if k != "mask_channel"}
+    assert "mask_channel" in made.modality
+    check_resumable(dataclasses.replace(made, modality=older), run.run, tmp_path / "last.pt")
+    flipped = dataclasses.replace(made, modality={**made.modality, "mask_channel": True})
+    with pytest.raises(ConfigError, match="modality"):
+        check_resumable(flipped, run.run, tmp_path / "last.pt")
 
 
 def test_table_averages_seeds_and_marks_what_the_paper_lacks():
