@@ -211,3 +211,19 @@ def test_the_reader_starts_at_an_episode_skipping_whole_shards(tiny_bank, split,
     with pytest.raises(curi.export.EpisodeFileError, match="SHA-256"):
         list(read_episode_file(out, start=1))
     assert list(read_episode_file(out, start=2)) == every[2:]
+
+
+def test_cli_a_failed_job_ends_in_one_error_line(tiny_bank_dir, tmp_path, capsys, monkeypatch):
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _recording(monkeypatch, fail=1)
+    out = tmp_path / "eps.jsonl.gz"
+    args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "split=counting", "n=4"]
+    with pytest.raises(SystemExit) as e:
+        main(["episodes", *args, f"out={out}", "jobs=2", "progress=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2
+    assert err[-1].startswith(f"curi episodes: error: out={out}: job part-00001 (episodes 2..3)")
+    assert "failed: RuntimeError: the renderer ran out of memory" in err[-1]
+    assert not out.exists() and len(list(staging_folder(out).rglob("*.done"))) == 1
