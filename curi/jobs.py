@@ -334,8 +334,8 @@ def _windowed(executor, fns: list, width: int, progress: bool) -> list:
             finished = len(submitted) - running
             if len(submitted) < len(fns) and running < width:
                 submitted.append(executor.submit(fns[len(submitted)]))
-            else:
-                time.sleep(0.1)
+            else:  # a job takes seconds at least: polling twice a second costs nothing
+                time.sleep(0.5)
     return submitted
 
 
