@@ -32,7 +32,15 @@ from typing import Any
 
 from curi.errors import ConfigError
 
-__all__ = ["LAUNCHERS", "Job", "Launcher", "Outcome", "check_installed", "run_jobs"]
+__all__ = [
+    "LAUNCHERS",
+    "Job",
+    "Launcher",
+    "Outcome",
+    "check_installed",
+    "check_options",
+    "run_jobs",
+]
 
 log = logging.getLogger("curi")
 
@@ -137,18 +145,7 @@ class Launcher:
                 f"unknown launcher {self.name!r}; known: {', '.join(LAUNCHERS)} "
                 "(hydra/launcher=NAME)"
             )
-        known = {
-            "basic": set(),
-            "submitit_local": _SUBMITIT_SHARED,
-            "submitit_slurm": _SUBMITIT_SHARED | _SUBMITIT_SLURM,
-            "ray": _RAY,
-        }[self.name]
-        unknown = sorted(set(self.options) - known)
-        if unknown:
-            valid = ", ".join(sorted(known)) or "none"
-            raise ConfigError(
-                f"hydra/launcher={self.name} has no options {unknown}; valid: {valid}"
-            )
+        check_options(self.name, self.options)
         if self.name == "submitit_slurm" and not self.options.get("partition"):
             raise ConfigError(
                 "hydra/launcher=submitit_slurm needs a partition: hydra.launcher.partition=NAME"
@@ -173,6 +170,24 @@ class Launcher:
             remote = dict(dict(self.options.get("ray") or {}).get("remote") or {})
             return max(1, int(remote.get("num_cpus", 1)))
         return None
+
+
+def check_options(name: str, keys) -> None:
+    """Refuse options `keys` (names of ``hydra.launcher.*``) that launcher `name` lacks.
+
+    Raises:
+        ConfigError: ``hydra/launcher=submitit_local has no options ['partition']; valid: ...``.
+    """
+    known = {
+        "basic": set(),
+        "submitit_local": _SUBMITIT_SHARED,
+        "submitit_slurm": _SUBMITIT_SHARED | _SUBMITIT_SLURM,
+        "ray": _RAY,
+    }.get(name, set())
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        valid = ", ".join(sorted(known)) or "none"
+        raise ConfigError(f"hydra/launcher={name} has no options {unknown}; valid: {valid}")
 
 
 def check_installed(name: str) -> None:

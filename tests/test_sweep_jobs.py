@@ -181,6 +181,18 @@ def test_multirun_with_a_job_command_is_refused(tmp_path):
         )
 
 
+def test_a_launcher_option_the_launcher_lacks_is_one_line(tmp_path):
+    r = run_curi(
+        "baselines", "hydra/launcher=submitit_local", "hydra.launcher.partition=gpu", cwd=tmp_path
+    )
+    assert r.returncode == 2 and r.stderr.startswith(
+        "curi baselines: error: hydra/launcher=submitit_local has no options ['partition']; "
+        "valid: cpus_per_task"
+    )
+    r = run_curi("curve", "+hydra.launcher.ray.init.num_cpus=2", cwd=tmp_path)  # no ray chosen
+    assert r.returncode == 2 and "hydra/launcher=basic has no options ['ray']" in r.stderr
+
+
 @pytest.mark.slow
 def test_ray_writes_the_basic_launchers_table(tiny_bank_dir, tmp_path):
     pytest.importorskip("ray")
