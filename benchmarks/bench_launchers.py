@@ -62,6 +62,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ray", action="store_true", help="also time Ray (needs curi[ray])")
+    ap.add_argument(
+        "--one-thread-only", action="store_true", help="skip basic with torch's default threads"
+    )
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="bl", dir="/tmp") as tmp:
@@ -72,6 +75,8 @@ def main() -> None:
             "basic, threads=1": ["threads=1"],
             "submitit_local, 2 workers": ["threads=1", "hydra/launcher=submitit_local"],
         }
+        if args.one_thread_only:
+            del settings["basic, torch's threads"]
         if args.ray:
             settings["ray, 2 CPUs"] = [
                 "threads=1",
