@@ -1,9 +1,9 @@
 """The import rules of the layers (docs/design.md, "Layers and the command line"): only the
-command-line modules (``cli.py``, ``*_cli.py``) import ``hydra``, ``omegaconf`` or another
-command-line module, so the library takes plain arguments and runs without a config; and
-imports flow one way, ``curi`` <- ``renderers`` <- ``models`` and ``curi`` <- ``oracles`` <-
-``models``. Every source file is parsed with `ast`: ``import x`` and ``from x import y``
-anywhere, inside functions too."""
+command-line modules (``cli.py``, ``*_cli.py``, ``__main__.py``) import ``hydra``,
+``omegaconf`` or another command-line module, so the library takes plain arguments and runs
+without a config; and imports flow one way, ``curi`` <- ``renderers`` <- ``models`` and
+``curi`` <- ``oracles`` <- ``models``. Every source file is parsed with `ast`: ``import x``
+and ``from x import y`` anywhere, inside functions too."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ MODULES = _modules()
 
 
 def is_cli(module: str) -> bool:
-    """A command-line module: named ``cli`` or ``*_cli``."""
+    """A command-line module: named ``cli`` or ``*_cli``, or ``__main__`` (``python -m``)."""
     last = module.rsplit(".", 1)[-1]
-    return last == "cli" or last.endswith("_cli")
+    return last in ("cli", "__main__") or last.endswith("_cli")
 
 
 def imported(module: str, path: Path) -> set[str]:
