@@ -160,6 +160,7 @@ def test_an_export_is_the_same_bytes_for_any_number_of_workers(tiny_bank, split,
     assert all(files == first for files in runs.values())
 
 
+@pytest.mark.slow  # run and reported in docs/benchmarks.md (CI time)
 def test_cli_renders_media_in_workers_with_the_renderers_settings(tiny_bank_dir, tmp_path):
     """`curi episodes ... media=image` takes ``workers`` and ``threads`` as `curi episodes
     render` does (documented in --help), with the same bytes for any number of workers."""

@@ -112,6 +112,7 @@ def test_two_torchrun_nodes_end_with_rank_0s_weights_and_record_the_world(two_no
     assert len(keys) == len(set(keys)) and ("train", 4) in keys  # one writer: rank 0
 
 
+@pytest.mark.slow  # run and reported in docs/benchmarks.md (CI time)
 def test_two_process_runs_with_one_seed_give_the_same_checkpoints(
     two_node_run, tiny_bank_dir, tmp_path
 ):
@@ -189,6 +190,7 @@ train(run, run_dir=sys.argv[2], bank=bank, progress=False)
 """
 
 
+@pytest.mark.slow  # run and reported in docs/benchmarks.md (CI time)
 def test_a_signal_to_one_ddp_process_stops_all_at_one_step(tiny_bank_dir, tmp_path):
     # SIGTERM reaches rank 1 only: the processes agree on the step to stop after (rank 0 saves
     # it), and none waits forever at a collective.

@@ -339,6 +339,7 @@ def test_rerender_bad_records_in_a_worker_is_a_clean_error(exported, tmp_path):
         render_episode_file(exported, tmp_path / "o", image, workers=0, progress=False)
 
 
+@pytest.mark.slow  # run and reported in docs/benchmarks.md (CI time)
 def test_cli_episodes_render_workers(exported, tmp_path):
     """`workers` (default: one per core) gives the files of `workers=1`; a bad value is one
     clear message."""

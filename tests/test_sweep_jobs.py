@@ -52,12 +52,12 @@ def _sweep(tmp_path, bank_dir, out, *more):
 
 def test_submitit_local_writes_the_basic_launchers_table(tiny_bank_dir, tmp_path):
     basic, local = tmp_path / "basic", tmp_path / "local"
-    r = _sweep(tmp_path, tiny_bank_dir, basic)
+    r = _sweep(tmp_path, tiny_bank_dir, basic, "splits=[counting]")
     assert r.returncode == 0, r.stderr[-2000:]
     r = _sweep(tmp_path, tiny_bank_dir, local, "hydra/launcher=submitit_local", "splits=[counting]")
     assert r.returncode == 0, r.stderr[-2000:]
     (b_rows, b_runs, b), (l_rows, l_runs, _) = _rows(basic), _rows(local)
-    assert len(b_rows) == 2 and b_rows[1:] == l_rows and b_runs[1:] == l_runs  # counting
+    assert len(b_rows) == 1 and b_rows == l_rows and b_runs == l_runs
     assert all(row["oracle_strong"] is not None for row in b_rows)
     assert b["incomplete"] == []
     # each run was a job of its own process, its log under the sweep's folder
@@ -114,9 +114,9 @@ def test_a_job_killed_mid_run_is_resumed_by_the_next_invocation(tiny_bank_dir, t
     args = [
         *SWEEP,
         "splits=[concept_iid]",
-        "train.steps=100",
+        "train.steps=40",
         "train.checkpoint_every=4",
-        "train.eval_every=50",
+        "train.eval_every=20",
         f"data_dir={tiny_bank_dir.parent}",
         f"output_dir={out}",
         "hydra/launcher=submitit_local",
@@ -139,16 +139,17 @@ def test_a_job_killed_mid_run_is_resumed_by_the_next_invocation(tiny_bank_dir, t
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
     killed_at = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert max(killed_at) < 100 and not (run.parent / "result.json").exists()
+    assert max(killed_at) < 40 and not (run.parent / "result.json").exists()
     r = run_curi("baselines", *args, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [x["step"] for x in lines if x["tag"] == "train"]
-    assert len(steps) == len(set(steps)) and max(steps) == 100  # resumed, no step twice
+    assert len(steps) == len(set(steps)) and max(steps) == 40  # resumed, no step twice
     assert min(s for s in steps if s > max(killed_at) - 4) > 0
-    assert json.loads((run.parent / "result.json").read_text())["steps"] == 100
+    assert json.loads((run.parent / "result.json").read_text())["steps"] == 40
 
 
+@pytest.mark.slow  # run and reported in docs/benchmarks.md (CI time)
 def test_the_curve_under_submitit_equals_the_basic_launcher(tiny_bank, tmp_path):
     from curi.jobs import Launcher
     from curi.oracles.curve import divergence_curve, write_curve
