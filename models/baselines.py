@@ -486,12 +486,8 @@ def run_baselines(
         "oracles": [{"split": s, "negatives": n, "file": f} for (s, n), f in oracle_files.items()],
     }
     write_text(out_dir / "sweep.json", json.dumps(sweep, indent=2) + "\n")
-    log.info(
-        "%d runs: %d to run, %d finished before",
-        len(plan),
-        sum(j.fn is run_job for j in jobs),
-        len(plan) - sum(j.fn is run_job for j in jobs),
-    )
+    to_run = sum(j.fn is run_job for j in jobs)
+    log.info("%d runs: %d to run, %d finished before", len(plan), to_run, len(plan) - to_run)
     outcomes = run_jobs(jobs, launcher, progress=progress and not launcher.in_process)
     for job, o in zip(jobs, outcomes, strict=True):
         if (
