@@ -1,0 +1,97 @@
+"""The `curi lm` commands: `curi lm` lists them, `curi lm export` writes CURI episodes as an
+lm-evaluation-harness task folder, `curi lm compare` puts a model's lm-eval results beside the
+oracles on the same documents."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from curi import validate
+from curi.core_cli import open_bank_from_config
+from curi.errors import ConfigError
+
+__all__ = ["lm", "lm_compare", "lm_export"]
+
+log = logging.getLogger("curi")
+
+_SUBCOMMANDS = ("export", "compare")
+
+
+def lm(cfg: DictConfig) -> None:
+    """List the `curi lm` subcommands."""
+    from curi.options import summary
+
+    lines = ["usage: curi lm <subcommand> [key=value ...] [--help]", "", "subcommands:"]
+    lines += [f"  lm {name:<10} {summary(f'lm_{name}')}" for name in _SUBCOMMANDS]
+    lines += ["", "`curi lm <subcommand> --help` lists its options."]
+    print("\n".join(lines))
+
+
+def _required(cfg: DictConfig, key: str, what: str, example: str) -> None:
+    if OmegaConf.is_missing(cfg, key) or cfg[key] in (None, ""):
+        raise ConfigError(f"{key}= is required: {what} (`{example}`)")
+
+
+def lm_export(cfg: DictConfig) -> None:
+    """Write an lm-evaluation-harness task folder: one task per split and kind of negatives."""
+    from curi.models.lm.export import export_tasks
+    from curi.models.lm.lengths import check_context
+    from curi.splits import make_split
+
+    _required(cfg, "out", "the task folder to write", "curi lm export out=DIR")
+    n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
+    seed = validate.seed(cfg.seed)
+    eval_scenes = validate.integer(cfg.eval_scenes, "eval_scenes", low=0, high=10**6)
+    max_length = cfg.get("max_length")
+    if max_length is not None:
+        max_length = validate.integer(max_length, "max_length", low=1, high=10**8)
+    if max_length is not None and cfg.get("tokenizer") is None:
+        raise ConfigError("max_length= needs tokenizer=PATH (the model's tokenizer)")
+    bank = open_bank_from_config(cfg)
+    one = cfg.get("split")
+    specs = [one] if one is not None else list(cfg.splits)
+    splits = [make_split(bank, OmegaConf.to_container(s, resolve=True) if not isinstance(s, str)
+                         else s) for s in specs]  # fmt: skip
+    path = export_tasks(
+        bank,
+        splits,
+        cfg.out,
+        negatives=list(cfg.negatives),
+        n=n,
+        seed=seed,
+        subset=cfg.subset,
+        wording=cfg.wording,
+        answers=list(cfg.answers),
+        eval_scenes=eval_scenes,
+        progress=cfg.progress,
+    )
+    report = {"tasks": str(Path(cfg.out)), "manifest": str(path)}
+    if cfg.get("tokenizer") is not None:
+        report["lengths"] = check_context(cfg.out, cfg.tokenizer, max_length)
+    print(json.dumps(report, indent=1))
+
+
+def lm_compare(cfg: DictConfig) -> None:
+    """A model's lm-eval results beside the strong, weak, prior-only and random oracles."""
+    from curi.atomic import write_text
+    from curi.models.lm.compare import compare, format_table
+
+    _required(cfg, "results", "lm-eval's output folder", "curi lm compare results=DIR tasks=DIR")
+    _required(cfg, "tasks", "the task folder of `curi lm export`", "curi lm compare tasks=DIR")
+    bank = open_bank_from_config(cfg)
+    rows = compare(
+        bank,
+        cfg.tasks,
+        cfg.results,
+        seed=validate.seed(cfg.seed),
+        prior=cfg.prior,
+        likelihood=cfg.likelihood,
+    )
+    table = format_table(rows)
+    if cfg.get("out"):
+        write_text(Path(cfg.out), json.dumps(rows, indent=1) + "\n")
+    print(table)

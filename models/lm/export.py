@@ -1,0 +1,266 @@
+"""Writing CURI episodes as an lm-evaluation-harness task folder: one task per (split,
+negatives), ``curi_<split>_<negatives>``, a group over them, the data, the task's functions and
+a manifest. One document per query scene; an episode's support text is stored once, in the
+task's episode table, and joined with each query scene by ``doc_to_text``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from curi.atomic import atomic_path, write_text
+from curi.errors import ConfigError
+from curi.models.lm.prompt import DELIMITER, REQUEST, WORDINGS, check_answers, prompt_head
+from curi.models.lm.prompt import scene_texts as _scene_texts
+from curi.models.lm.task import FORMAT, MANIFEST
+from curi.rng import derive_rng
+
+__all__ = ["GROUP", "export_tasks", "task_name"]
+
+log = logging.getLogger(__name__)
+
+GROUP = "curi"
+
+_UTILS = '''"""Functions of this lm-evaluation-harness task folder, written by `curi lm export`:
+each hands this folder to `curi.models.lm.task` (curi must be installed where lm_eval runs)."""
+
+from pathlib import Path
+
+from curi.models.lm import task as _task
+
+FOLDER = Path(__file__).resolve().parent
+
+
+def load_documents(task, **kwargs):
+    return _task.load_documents(FOLDER, task)
+
+
+def doc_to_text(doc):
+    return _task.doc_to_text(FOLDER, doc)
+
+
+process_results = _task.process_results
+aggregate_cba = _task.aggregate_cba
+aggregate_ap = _task.aggregate_ap
+aggregate_eval_ap = _task.aggregate_eval_ap
+'''
+
+
+def task_name(split: str, negatives: str) -> str:
+    """``curi_<split>_<negatives>``, the split's name made a plain identifier."""
+    return f"curi_{re.sub(r'[^A-Za-z0-9_]+', '_', split)}_{negatives}"
+
+
+def _metric(name: str, fn: str) -> str:
+    return (
+        f"  - metric: {name}\n    aggregation: !function utils.{fn}\n    higher_is_better: true\n"
+    )
+
+
+def _task_yaml(name: str, answers: Sequence[str], eval_scenes: int) -> str:
+    metrics = _metric("cba", "aggregate_cba") + _metric("ap", "aggregate_ap")
+    if eval_scenes:
+        metrics += _metric("eval_ap", "aggregate_eval_ap")
+    return (
+        f"# written by `curi lm export`; the documents are {name}.docs.jsonl.gz\n"
+        f"task: {name}\n"
+        f"tag: [{GROUP}_tasks]\n"
+        "custom_dataset: !function utils.load_documents\n"
+        f"dataset_kwargs:\n  task: {name}\n"
+        "output_type: multiple_choice\n"
+        "test_split: test\n"
+        "doc_to_text: !function utils.doc_to_text\n"
+        f"doc_to_choice: {json.dumps(list(answers))}\n"
+        "doc_to_target: label\n"
+        f"target_delimiter: {json.dumps(DELIMITER)}\n"
+        "process_results: !function utils.process_results\n"
+        f"metric_list:\n{metrics}"
+        "metadata:\n  version: 1.0\n"
+    )
+
+
+def _group_yaml(names: Sequence[str]) -> str:
+    agg = "".join(
+        f"  - metric: {m}\n    aggregation: mean\n    weight_by_size: false\n"
+        for m in ("cba", "ap")
+    )
+    return (
+        "# written by `curi lm export`: every task of this folder\n"
+        f"group: {GROUP}\n"
+        f"task: {json.dumps(list(names))}\n"
+        f"aggregate_metric_list:\n{agg}"
+        "metadata:\n  version: 1.0\n"
+    )
+
+
+def _write_table(path: Path, rows) -> int:
+    """Rows as gzipped JSON lines (fixed mtime: the same rows give the same bytes)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+            f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode())
+    return path.stat().st_size
+
+
+def _eval_sample(bank, k: int, seed: int) -> np.ndarray:
+    ids = np.asarray(bank.eval_ids, np.int64)
+    if not 0 <= k <= len(ids):
+        raise ConfigError(f"eval_scenes must be 0..{len(ids)} (the evaluation set), got {k}")
+    rng = derive_rng(seed, "lm-eval-sample")
+    return np.sort(rng.choice(ids, size=k, replace=False)) if k else ids[:0]
+
+
+def _one_task(bank, split, subset, negatives, *, n, seed, wording, answers, eval_ids, folder):
+    from curi.episodes import EpisodeSampler
+    from curi.posterior import hypothesis_bits
+
+    name = task_name(split.name, negatives)
+    sampler = EpisodeSampler(bank, split, subset, negatives, seed=seed, size=n)
+    eps = [sampler[i] for i in range(n)]
+    s_ids = np.stack([e.support_ids for e in eps])  # (E, S)
+    q_ids = np.stack([e.query_ids for e in eps])  # (E, Q)
+    s_text = _scene_texts(bank, s_ids.reshape(-1), wording)
+    q_text = _scene_texts(bank, q_ids.reshape(-1), wording)
+    e_text = _scene_texts(bank, eval_ids, wording) if len(eval_ids) else []
+    S, Q = s_ids.shape[1], q_ids.shape[1]
+    episodes, docs, chars = [], [], []
+    for i, e in enumerate(eps):
+        head = prompt_head(s_text[i * S : (i + 1) * S], e.support_labels, answers)
+        episodes.append(
+            {
+                "episode": i,
+                "concept": e.concept_text,
+                "support": head,
+                "support_ids": e.support_ids.tolist(),
+                "support_labels": e.support_labels.tolist(),
+                "query_ids": e.query_ids.tolist(),
+            }
+        )
+        for j in range(Q):
+            scene = q_text[i * Q + j]
+            docs.append(
+                {
+                    "task": name,
+                    "episode": i,
+                    "set": "query",
+                    "position": j,
+                    "scene": scene,
+                    "label": int(e.query_labels[j]),
+                }
+            )
+            chars.append(len(head) + len(REQUEST) + len(scene))
+        if len(eval_ids):
+            labels = hypothesis_bits(bank, np.array([e.concept]), eval_ids)[:, 0]
+            for j, scene in enumerate(e_text):
+                docs.append(
+                    {
+                        "task": name,
+                        "episode": i,
+                        "set": "eval",
+                        "position": j,
+                        "scene": scene,
+                        "label": int(labels[j]),
+                    }
+                )
+                chars.append(len(head) + len(REQUEST) + len(scene))
+    sizes = _write_table(folder / f"{name}.episodes.jsonl.gz", episodes)
+    sizes += _write_table(folder / f"{name}.docs.jsonl.gz", docs)
+    write_text(folder / f"{name}.yaml", _task_yaml(name, answers, len(eval_ids)))
+    c = np.asarray(chars)
+    return name, {
+        "split": split.name,
+        "split_file": f"{task_name(split.name, 'split')}.json",
+        "negatives": negatives,
+        "episodes": n,
+        "documents": len(docs),
+        "bytes": int(sizes),
+        "prompt_chars": {
+            "median": float(np.median(c)),
+            "mean": round(float(c.mean()), 1),
+            "max": int(c.max()),
+        },
+    }
+
+
+def export_tasks(
+    bank,
+    splits: Sequence,
+    out: str | Path,
+    *,
+    negatives: Sequence[str] = ("hard",),
+    n: int = 100,
+    seed: int = 0,
+    subset: str = "test",
+    wording: str = "full",
+    answers: Sequence[str] = ("0", "1"),
+    eval_scenes: int = 0,
+    progress: bool = True,
+) -> Path:
+    """Write an lm-evaluation-harness task folder for episodes 0..n-1 of each split (a
+    `curi.splits.Split`) and kind of negatives.
+
+    Files: per task ``<task>.yaml``, ``<task>.episodes.jsonl.gz`` (one row per episode: the
+    support text once, the scene ids for `curi lm compare`), ``<task>.docs.jsonl.gz`` (one row
+    per query scene, and per scene of the evaluation-set sample with `eval_scenes`),
+    ``curi_<split>_split.json`` (the split, for the weak oracle); ``curi.yaml`` (the group),
+    ``utils.py`` and the manifest ``curi_tasks.json`` (curi version, bank digest, options).
+
+    Args:
+        eval_scenes: also ask about this many scenes of a seeded sample of the bank's
+            evaluation set in every episode (metric ``eval_ap``); 0: the query set only.
+
+    Returns:
+        The manifest's path.
+
+    Raises:
+        ConfigError: a bad option; SplitError: a subset without concepts.
+    """
+    from tqdm import tqdm
+
+    from curi import __version__
+
+    if wording not in WORDINGS:
+        raise ConfigError(f"wording must be one of {WORDINGS}, got {wording!r}")
+    answers = check_answers(answers)
+    folder = Path(out).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    eval_ids = _eval_sample(bank, int(eval_scenes), seed)
+    tasks = {}
+    jobs = [(s, neg) for s in splits for neg in negatives]
+    for split, neg in tqdm(jobs, desc="lm tasks", unit="task", disable=not progress):
+        name, info = _one_task(
+            bank, split, subset, neg, n=n, seed=seed, wording=wording, answers=answers,
+            eval_ids=eval_ids, folder=folder,
+        )  # fmt: skip
+        if name in tasks:
+            raise ConfigError(f"two tasks would be named {name}: give the splits distinct names")
+        split.save(folder / info["split_file"], bank)
+        tasks[name] = info
+    write_text(folder / "utils.py", _UTILS)
+    write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
+    manifest = {
+        "format": FORMAT,
+        "curi_version": __version__,
+        "bank": {
+            "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
+            "path": str(Path(bank.path).resolve()),
+            "digest": bank.manifest.get("manifest_sha256", "")[:16],
+        },
+        "subset": subset,
+        "seed": seed,
+        "episodes": n,
+        "wording": wording,
+        "answers": list(answers),
+        "delimiter": DELIMITER,
+        "eval_ids": eval_ids.tolist(),
+        "group": GROUP,
+        "tasks": tasks,
+    }
+    path = folder / MANIFEST
+    write_text(path, json.dumps(manifest, indent=1) + "\n")
+    return path

@@ -1,0 +1,147 @@
+"""The prompt of a CURI episode for a language model: the support scenes in words with their
+labels, then one query scene, in the text form of `curi.renderers.text` (``context:``, one
+``example: <scene> => <answer>`` line per support scene, ``request: scene: <scene>``), the
+answer read as the log-likelihood of ``" => <answer>"``. Two scene wordings: ``full`` (the
+renderer's clauses, ``small red rubber cube at (3, 5)``) and ``compact`` (seven characters an
+object, ``srdrc35``); and the parser that reads a prompt back into scene records."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from curi.errors import ConfigError, TextFormatError
+from curi.renderers.text import TextRenderer, parse_input
+from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
+
+__all__ = [
+    "DELIMITER",
+    "WORDINGS",
+    "check_answers",
+    "parse_prompt",
+    "prompt_head",
+    "scene_texts",
+]
+
+WORDINGS = ("full", "compact")
+#: What joins a prompt and its answer (lm-eval's ``target_delimiter``), as in an example line.
+DELIMITER = " => "
+REQUEST = "request: scene: "
+
+# compact codes, one per value: size 1 letter, colour 2, material 1, shape 1, then x and y
+_SIZE = {"small": "s", "large": "l"}
+_COLOR = {
+    "gray": "gy",
+    "red": "rd",
+    "blue": "bl",
+    "green": "gn",
+    "brown": "br",
+    "purple": "pu",
+    "cyan": "cy",
+    "yellow": "ye",
+}
+_MATERIAL = {"rubber": "r", "metal": "m"}
+_SHAPE = {"cube": "c", "sphere": "s", "cylinder": "y"}
+_COMPACT = re.compile(r"([sl])(gy|rd|bl|gn|br|pu|cy|ye)([rm])([csy])([1-8])([1-8])")
+_FROM = {
+    "size": {v: k for k, v in _SIZE.items()},
+    "color": {v: k for k, v in _COLOR.items()},
+    "material": {v: k for k, v in _MATERIAL.items()},
+    "shape": {v: k for k, v in _SHAPE.items()},
+}
+# compact clause per (size, colour, material, shape) index, as `renderers.text` builds its own
+_CODE = [
+    [[[_SIZE[z] + _COLOR[c] + _MATERIAL[m] + _SHAPE[s] for s in SHAPES] for m in MATERIALS]
+     for c in COLORS]
+    for z in SIZES
+]  # fmt: skip
+
+
+def check_answers(answers: Sequence[str]) -> tuple[str, str]:
+    """The two answer words (negative, positive): distinct, non-empty, one line each, without
+    the delimiter.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    a = [str(x) for x in answers] if not isinstance(answers, str) else []
+    if len(a) != 2 or a[0] == a[1] or any(not w.strip() or "\n" in w or "=>" in w for w in a):
+        raise ConfigError(
+            f"answers must be two distinct words (negative, positive), got {answers!r}"
+        )
+    return a[0], a[1]
+
+
+def scene_texts(bank, ids: Sequence[int], wording: str = "full") -> list[str]:
+    """The text of the bank's scenes `ids` in a wording (``full`` is
+    `curi.renderers.text.TextRenderer.scenes`)."""
+    if wording == "full":
+        return TextRenderer(bank).scenes(ids)
+    if wording != "compact":
+        raise ConfigError(f"wording must be one of {WORDINGS}, got {wording!r}")
+    ids = np.asarray(ids, np.int64)
+    counts = np.asarray(bank.scenes.n_objects)[ids].tolist()
+    props = np.asarray(bank.scenes.props)[
+        ids
+    ].tolist()  # (K, 5, 6): shape, color, material, size, x, y
+    return [
+        " ".join(f"{_CODE[o[3]][o[1]][o[2]][o[0]]}{o[4]}{o[5]}" for o in objs[:n])
+        for n, objs in zip(counts, props, strict=True)
+    ]
+
+
+def prompt_head(support: Sequence[str], labels: Sequence[int], answers: Sequence[str]) -> str:
+    """The support part of a prompt: ``context:`` and one example line per support scene."""
+    lines = ["context:"]
+    lines += [
+        f"example: {s}{DELIMITER}{answers[int(y)]}" for s, y in zip(support, labels, strict=True)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _full(scene: str, line: int) -> str:
+    """A compact scene as the full wording (for `parse_input`)."""
+    out = []
+    for token in scene.split(" "):
+        m = _COMPACT.fullmatch(token)
+        if m is None:
+            raise TextFormatError(f"line {line}: {token[:20]!r} is not a compact object")
+        size, color, material, shape = (_FROM[k][m[i + 1]] for i, k in enumerate(_FROM))
+        out.append(f"{size} {color} {material} {shape} at ({m[5]}, {m[6]})")
+    return "; ".join(out)
+
+
+def parse_prompt(
+    text: str, *, wording: str = "full", answers: Sequence[str] = ("0", "1")
+) -> tuple[list[dict], np.ndarray, dict]:
+    """Read a prompt back into its support records, their labels and the query record, with
+    the parser of `curi.renderers.text` (the answer words are read as 0 / 1 first).
+
+    Returns:
+        (support records ``{"objects": [...]}``, (S,) int labels, the query record).
+
+    Raises:
+        TextFormatError: a line that is not in the format, naming it.
+    """
+    neg, pos = check_answers(answers)
+    word = {neg: "0", pos: "1"}
+    lines = text.rstrip("\n").split("\n")
+    for n, line in enumerate(lines):
+        if line.startswith("example: "):
+            scene, sep, label = line[len("example: ") :].rpartition(DELIMITER)
+            if not sep or label not in word:
+                raise TextFormatError(
+                    f"line {n + 1}: expected 'example: <scene>{DELIMITER}{neg}|{pos}'"
+                )
+            scene = _full(scene, n + 1) if wording == "compact" else scene
+            lines[n] = f"example: {scene}{DELIMITER}{word[label]}"
+        elif line.startswith(REQUEST) and wording == "compact":
+            lines[n] = REQUEST + _full(line[len(REQUEST) :], n + 1)
+    parsed = parse_input("\n".join(lines))
+    if parsed["request"]["kind"] != "scene" or parsed["context_rules"]:
+        raise TextFormatError("a CURI episode prompt asks about one scene and states no rule")
+    labels = np.array([e["label"] for e in parsed["support"]], np.int8)
+    support = [{"objects": e["objects"]} for e in parsed["support"]]
+    return support, labels, {"objects": parsed["request"]["objects"]}

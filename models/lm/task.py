@@ -1,0 +1,165 @@
+"""The functions of an exported lm-evaluation-harness task folder (`curi.models.lm.export`):
+its ``utils.py`` is a few lines that hand its own folder to these. They load the documents,
+join an episode's support text (stored once per episode) with each query scene, turn the two
+answers' log-likelihoods into a score, and average class-balanced accuracy and average
+precision over episodes with curi's metric functions (CURI paper, section 3: metrics per
+episode, then their mean)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from curi.errors import BankError, ConfigError
+from curi.models.lm.prompt import REQUEST
+
+__all__ = [
+    "MANIFEST",
+    "aggregate_ap",
+    "aggregate_cba",
+    "aggregate_eval_ap",
+    "check_manifest",
+    "doc_to_text",
+    "episode_metrics",
+    "load_documents",
+    "process_results",
+    "read_manifest",
+    "read_table",
+]
+
+MANIFEST = "curi_tasks.json"
+FORMAT = 1
+
+
+def read_table(path: Path) -> list[dict]:
+    """The rows of a ``.jsonl.gz`` table of a task folder."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+@lru_cache(maxsize=16)
+def _manifest(folder: str, stamp: int) -> dict:
+    return json.loads((Path(folder) / MANIFEST).read_text())
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """The manifest of a task folder, checked against this curi (`check_manifest`).
+
+    Raises:
+        ConfigError: no manifest, or one written by another curi version.
+    """
+    path = Path(folder) / MANIFEST
+    try:
+        manifest = _manifest(str(Path(folder).resolve()), path.stat().st_mtime_ns)
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"{folder} is not a curi task folder (no readable {MANIFEST}: {e}); "
+            "write one with `curi lm export out=DIR`"
+        ) from None
+    check_manifest(manifest, folder)
+    return manifest
+
+
+def check_manifest(manifest: dict, folder, bank=None) -> None:
+    """Refuse a task folder written by another curi version (its prompts or metrics may
+    differ), or, given `bank`, for another bank.
+
+    Raises:
+        ConfigError: another curi version or folder format.
+        BankError: another bank.
+    """
+    from curi import __version__
+
+    if manifest.get("format") != FORMAT or manifest.get("curi_version") != __version__:
+        raise ConfigError(
+            f"task folder {folder} was written by curi {manifest.get('curi_version')}, this is "
+            f"curi {__version__}; export it again with `curi lm export`"
+        )
+    if bank is not None:
+        want = manifest["bank"]
+        have = bank.manifest.get("manifest_sha256", "")[:16]
+        if want["digest"] != have:
+            raise BankError(
+                f"task folder {folder} was exported from bank {want['name']!r} "
+                f"(digest {want['digest']}), not from the bank at {bank.path} (digest {have}); "
+                "pass that bank (bank=, data_dir=) or export again"
+            )
+
+
+@lru_cache(maxsize=64)
+def _episodes(folder: str, task: str) -> list[str]:
+    rows = read_table(Path(folder) / f"{task}.episodes.jsonl.gz")
+    return [r["support"] for r in rows]
+
+
+def load_documents(folder: str | Path, task: str, **_) -> dict:
+    """lm-eval's ``custom_dataset`` of a task: ``{"test": Dataset}`` of its documents
+    (``task``, ``episode``, ``set``, ``position``, ``scene``, ``label``)."""
+    import datasets
+
+    read_manifest(folder)
+    rows = read_table(Path(folder) / f"{task}.docs.jsonl.gz")
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def doc_to_text(folder: str | Path, doc: dict) -> str:
+    """The prompt of a document: its episode's support text, then the query scene."""
+    return _episodes(str(Path(folder).resolve()), doc["task"])[doc["episode"]] + (
+        REQUEST + doc["scene"]
+    )
+
+
+def process_results(doc: dict, results) -> dict:
+    """One document's items: ``(episode, label, score)``, the score the log-odds of the
+    positive answer, ``ll(positive) - ll(negative)`` (decision: score > 0)."""
+    (ll_neg, _), (ll_pos, _) = results[0], results[1]
+    item = (int(doc["episode"]), int(doc["label"]), float(ll_pos) - float(ll_neg))
+    if doc["set"] == "eval":
+        return {"eval_ap": item}
+    return {"cba": item, "ap": item}
+
+
+def episode_metrics(items, metric: str, threshold: float = 0.0) -> np.ndarray:
+    """Per-episode ``cba`` or ``ap`` of ``(episode, label, score)`` items, episodes in
+    ascending order (`curi.oracles.metrics`; NaN where undefined)."""
+    from curi.oracles.metrics import average_precision, class_balanced_accuracy
+
+    by: dict[int, list] = defaultdict(list)
+    for episode, label, score in items:
+        by[int(episode)].append((label, score))
+    out = []
+    for episode in sorted(by):
+        y, s = np.array(by[episode], np.float64).T
+        if metric == "cba":
+            out.append(class_balanced_accuracy(s, y.astype(np.int8), threshold=threshold))
+        else:
+            out.append(average_precision(s, y.astype(np.int8)))
+    return np.array(out, np.float64)
+
+
+def _mean(values: np.ndarray) -> float:
+    ok = values[~np.isnan(values)]
+    return float(ok.mean()) if ok.size else float("nan")
+
+
+def aggregate_cba(items) -> float:
+    """Class-balanced accuracy of each episode's query set (score > 0), averaged over
+    episodes."""
+    return _mean(episode_metrics(items, "cba"))
+
+
+def aggregate_ap(items) -> float:
+    """Average precision of each episode's query set, averaged over episodes. Not the paper's
+    mAP (`curi gap`), which ranks the whole evaluation set in every episode."""
+    return _mean(episode_metrics(items, "ap"))
+
+
+def aggregate_eval_ap(items) -> float:
+    """Average precision of each episode on the seeded sample of the evaluation set (episodes
+    whose concept has no positive in the sample are left out), averaged over episodes."""
+    return _mean(episode_metrics(items, "ap"))

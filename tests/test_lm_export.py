@@ -1,0 +1,133 @@
+"""CURI episodes as an lm-evaluation-harness task folder (`curi.models.lm.export`): the prompt
+reads back into the episode's scenes in both wordings, an episode's support text is stored
+once, the manifest refuses another curi version or bank, prompt lengths are reported and a
+prompt longer than a context refused; and the README's `curi lm export` command runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_curi
+
+from curi.errors import BankError, ConfigError, TextFormatError
+from curi.executor import BitScenes, execute
+from curi.models.lm import task as lm_task
+from curi.models.lm.export import export_tasks, task_name
+from curi.models.lm.lengths import check_context, prompt_lengths
+from curi.models.lm.prompt import check_answers, parse_prompt, scene_texts
+from curi.scenes import records_to_props
+from curi.splits import make_split
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def folder(tiny_bank, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lm_tasks")
+    split = make_split(tiny_bank, "counting")
+    export_tasks(tiny_bank, [split], out, negatives=("hard", "easy"), n=3, progress=False)
+    return out
+
+
+def _records(bank, ids):
+    return [{"objects": r["objects"]} for r in bank.scene_records(ids)]
+
+
+def _strip(records):
+    keys = ("size", "color", "material", "shape", "x", "y")
+    return [[{k: o[k] for k in keys} for o in r["objects"]] for r in records]
+
+
+@pytest.mark.parametrize("wording,answers", [("full", ("0", "1")), ("compact", ("no", "yes"))])
+def test_prompt_reads_back_into_the_episodes_scenes(tiny_bank, tmp_path, wording, answers):
+    split = make_split(tiny_bank, "concept_iid")
+    export_tasks(
+        tiny_bank, [split], tmp_path, n=2, wording=wording, answers=answers, progress=False
+    )
+    name = task_name("concept_iid", "hard")
+    episodes = lm_task.read_table(tmp_path / f"{name}.episodes.jsonl.gz")
+    docs = lm_task.read_table(tmp_path / f"{name}.docs.jsonl.gz")
+    assert len(docs) == 2 * 25 and len(episodes) == 2
+    for d in docs[::7]:
+        e = episodes[d["episode"]]
+        text = lm_task.doc_to_text(tmp_path, d)
+        support, labels, query = parse_prompt(text, wording=wording, answers=answers)
+        assert _strip(support) == _strip(_records(tiny_bank, e["support_ids"]))
+        assert labels.tolist() == e["support_labels"]
+        assert _strip([query]) == _strip(_records(tiny_bank, [e["query_ids"][d["position"]]]))
+    # the support text is stored once per episode, not once per document
+    assert all("example:" not in json.dumps(d) for d in docs)
+
+
+def test_compact_wording_is_shorter_and_a_bad_prompt_names_its_line(tiny_bank):
+    ids = np.arange(40)
+    full, compact = scene_texts(tiny_bank, ids, "full"), scene_texts(tiny_bank, ids, "compact")
+    assert sum(map(len, compact)) * 3 < sum(map(len, full))
+    with pytest.raises(TextFormatError, match="line 2"):
+        parse_prompt("context:\nexample: small red => 1\nrequest: scene: " + full[0])
+    with pytest.raises(TextFormatError, match="line 2: 'zzz' is not a compact object"):
+        parse_prompt("context:\nexample: zzz => 1\nrequest: scene: x", wording="compact")
+    with pytest.raises(ConfigError, match="answers must be two distinct words"):
+        check_answers(["a"])
+
+
+def test_a_found_scene_has_the_truth_row_of_its_parsed_record(tiny_bank):
+    """The oracle finds a prompt's scenes in the bank by their contents: executing every
+    concept on the parsed records gives the bank's truth rows of the scenes found."""
+    from curi.models.lm.oracle_lm import SceneIndex
+
+    pytest.importorskip("lm_eval")
+    ids = np.array([0, 17, 4242, 19_999])
+    text = "context:\n" + "".join(f"example: {s} => 1\n" for s in scene_texts(tiny_bank, ids))
+    support, _, _ = parse_prompt(text + "request: scene: " + scene_texts(tiny_bank, [5])[0])
+    found = SceneIndex(tiny_bank).find(support)
+    n, props = records_to_props(support)
+    rows = execute(list(tiny_bank.concepts), BitScenes.from_arrays(n, props))  # (H, 1)
+    bits = (rows[:, 0][:, None] >> np.arange(len(ids), dtype=np.uint64)) & np.uint64(1)
+    truth = np.stack([tiny_bank.truth(int(i)) for i in range(len(tiny_bank))])[:, found]
+    assert np.array_equal(bits.astype(bool), truth.astype(bool))
+
+
+def test_manifest_refuses_another_curi_version_or_bank(folder, tiny_bank, tmp_path):
+    manifest = lm_task.read_manifest(folder)
+    assert set(manifest["tasks"]) == {"curi_counting_hard", "curi_counting_easy"}
+    lm_task.check_manifest(manifest, folder, tiny_bank)
+    with pytest.raises(ConfigError, match=r"written by curi 0\.0\.1, this is curi"):
+        lm_task.check_manifest({**manifest, "curi_version": "0.0.1"}, folder)
+    other = {**manifest, "bank": {**manifest["bank"], "digest": "0" * 16}}
+    with pytest.raises(BankError, match="was exported from bank 'tiny'"):
+        lm_task.check_manifest(other, folder, tiny_bank)
+    with pytest.raises(ConfigError, match="is not a curi task folder"):
+        lm_task.read_manifest(tmp_path)
+
+
+def test_prompt_lengths_and_a_context_too_short(folder):
+    def words(texts):  # a stand-in tokenizer: one token per word
+        return [len(t.split()) for t in texts]
+
+    lengths = prompt_lengths(folder, words)
+    info = lengths["curi_counting_hard"]
+    assert 0 < info["tokens"]["median"] <= info["tokens"]["max"] < info["chars"]["max"]
+    longest = max(v["tokens"]["max"] for v in lengths.values())
+    assert check_context(folder, words, longest) == lengths
+    with pytest.raises(ConfigError, match=r"prompts of up to \d+ tokens do not fit .* of 50"):
+        check_context(folder, words, 50)
+
+
+def test_readme_export_command_runs(tiny_bank_dir, tmp_path):
+    """The README's `curi lm export` line, on the tiny bank (its `lm_eval` line needs a
+    downloaded model: tests/test_lm_models.py runs lm_eval's hf model on a tiny one)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Language models", 1)[1].split("\n## ", 1)[0]
+    line = next(x for x in section.splitlines() if x.startswith("curi lm export "))
+    args = line.split()[3:] + ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=2"]
+    args = [a for a in args if not a.startswith("out=")] + [f"out={tmp_path / 'tasks'}"]
+    r = run_curi("lm", "export", *args, "progress=false", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    manifest = json.loads((tmp_path / "tasks" / "curi_tasks.json").read_text())
+    assert all(re.fullmatch(r"curi_\w+_(hard|easy)", t) for t in manifest["tasks"])
+    assert all(v["documents"] == 50 for v in manifest["tasks"].values())
