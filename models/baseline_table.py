@@ -33,7 +33,8 @@ def baseline_table(
 ) -> dict:
     """One row per (configuration, split): test mAP and CBA averaged over the training seeds,
     the paper's test mAP of the same modality and pooling (its alpha = 0 number, in [0, 1]),
-    the difference, and the oracles' mAP on the same test episodes.
+    the difference, and the oracles' mAP on the same test episodes (strong, weak, random and
+    prior-only: the prior predictive, what a learner has before it sees an episode).
 
     Args:
         results: per-run results (keys ``config``, ``split``, ``seed``, ``modality``,
@@ -79,6 +80,7 @@ def baseline_table(
                 "oracle_strong": orc.get("map_strong"),
                 "oracle_weak": orc.get("map_weak"),
                 "oracle_random": orc.get("map_random"),
+                "oracle_prior": orc.get("map_prior"),
             }
         )
     return {
@@ -104,8 +106,8 @@ def table_markdown(table: Mapping) -> str:
     alpha = {r["config"]: r["alpha"] for r in rows}
     head = [f"{c} (alpha={alpha[c]:g})" if alpha[c] else c for c in configs]
     lines = [
-        "| split | " + " | ".join(head) + " | strong oracle | weak oracle |",
-        "|---" * (len(configs) + 3) + "|",
+        "| split | " + " | ".join(head) + " | strong oracle | weak oracle | prior-only oracle |",
+        "|---" * (len(configs) + 4) + "|",
     ]
     for s in splits:
         cells, orc = [], None
@@ -118,7 +120,7 @@ def table_markdown(table: Mapping) -> str:
             cells.append(f"{_pct(r['test_map'])} ({_pct(r['paper_map'])})")
         lines.append(
             f"| {s} | " + " | ".join(cells) + f" | {_pct(orc['oracle_strong'])} | "
-            f"{_pct(orc['oracle_weak'])} |"
+            f"{_pct(orc['oracle_weak'])} | {_pct(orc.get('oracle_prior'))} |"
         )
     st = table.get("settings", {})
     lines += [

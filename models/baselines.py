@@ -413,9 +413,10 @@ def run_baselines(
     Every run folder is checked (and marked with its settings, ``run.json``) before any job
     starts, so a folder made with other settings fails first. The unfinished runs are then
     jobs (`run_job`: one per configuration, split and seed) and, with `oracles`, the strong /
-    weak / random oracles one job per split (`oracle_job`, on the same test episodes), all
-    run by `launcher` (None: in this process, one after another). The plan is kept in
-    ``<out_dir>/sweep.json``; the table is collected from the folders (`collect_baselines`).
+    weak / random / prior-only oracles one job per split (`oracle_job`, on the same test
+    episodes), all run by `launcher` (None: in this process, one after another). The plan is
+    kept in ``<out_dir>/sweep.json``; the table is collected from the folders
+    (`collect_baselines`).
 
     A run trains with `curi.models.train.train` in ``<run dir>/train`` (resumed from its last
     checkpoint when one is there), keeps the checkpoint with the best val mAP (``best.pt``, as
@@ -466,7 +467,9 @@ def run_baselines(
             path = _oracle_file(out_dir, *key)
             oracle_files[key] = str(path.relative_to(out_dir))
             saved = _read_json(path)
-            if saved is None or saved.get("eval") != ev:
+            # a file from before the prior-only oracle lacks its column: scored again
+            stale = saved is None or "map_prior" not in (saved.get("row") or {})
+            if stale or saved.get("eval") != ev:
                 jobs.append(
                     Job(
                         f"oracles/{r.split}/{r.run.negatives}",

@@ -290,9 +290,9 @@ def evaluate_checkpoint(
     """Evaluate a checkpoint of `curi.models.train.train` on `episodes` episodes of a subset.
 
     The model, bank, split and negatives are rebuilt from the config stored in the checkpoint
-    (split and negatives may be overridden). With `oracles`, the strong / weak / random oracles
-    are scored on exactly the same episodes (`curi.oracles.gap.score_split`: the ``test`` subset,
-    same seed and count).
+    (split and negatives may be overridden). With `oracles`, the strong / weak / random /
+    prior-only oracles are scored on exactly the same episodes
+    (`curi.oracles.gap.score_split`: the ``test`` subset, same seed and count).
 
     Args:
         checkpoint: a ``.pt`` file, or a run directory (its ``checkpoints/best.pt``, else
@@ -319,8 +319,8 @@ def evaluate_checkpoint(
     Returns:
         ``{"checkpoint", "step", "best_step", "subset", "split", "negatives", "episodes",
         "seed", "model": {map, cba, cba_pooled, ...}, "oracles": {map_strong, map_weak,
-        map_random, cba_*, ...} or None, "config"}``, and ``per_concept`` rows with
-        `per_concept`.
+        map_random, map_prior, cba_*, ...} or None, "config"}``, and ``per_concept`` rows with
+        `per_concept` (``oracle_ap_strong``, ``..._weak``, ``..._random``, ``..._prior``).
 
     Raises:
         ConfigError: missing or unreadable checkpoint, bad options, CUDA asked for but absent,
@@ -398,10 +398,11 @@ def evaluate_checkpoint(
             per_episode=per_concept,
         )
         log.info(
-            "oracles: mAP strong %.4f weak %.4f random %.4f",
+            "oracles: mAP strong %.4f weak %.4f random %.4f prior-only %.4f",
             oracle_row["map_strong"],
             oracle_row["map_weak"],
             oracle_row["map_random"],
+            oracle_row["map_prior"],
         )
     out = {
         "checkpoint": str(path),

@@ -176,7 +176,7 @@ def score_model(
             (0.5 for probabilities, 0 for logits or log-odds).
         embed, compare: the embedding path (see the module docstring).
         subset, negatives, episodes, seed: which episodes (`curi.EpisodeSampler`).
-        oracles: add the strong / weak / random oracles of the same episodes.
+        oracles: add the strong / weak / random / prior-only oracles of the same episodes.
         chunk: scenes rendered (and embedded) at a time.
         progress: show a progress bar.
 

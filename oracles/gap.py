@@ -1,8 +1,8 @@
-"""The compositionality gap (CURI paper, section 3): strong, weak and random oracles scored on a
-split's test episodes (mAP on the shared evaluation set, class-balanced accuracy on the query set)
-and the split's DBCA divergences, for every split and type of negatives. The evaluation set is
-`curi.oracles.eval_set`, the AP and accuracy maths `curi.oracles.metrics`; here is the loop over
-a split's episodes and the pool that runs the (split, negatives) jobs."""
+"""The compositionality gap (CURI paper, section 3): strong, weak, prior-only and random oracles
+scored on a split's test episodes (mAP on the shared evaluation set, class-balanced accuracy on
+the query set) and the split's DBCA divergences, for every split and type of negatives. The
+evaluation set is `curi.oracles.eval_set`, the AP and accuracy maths `curi.oracles.metrics`; here
+is the loop over a split's episodes and the pool that runs the (split, negatives) jobs."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
 __all__ = ["ROW_KEYS", "check_gap_options", "compositionality_gap", "score_split"]
 
 log = logging.getLogger(__name__)
-# where a row's time goes: building episodes, posteriors, query-set predictive, mAP, random oracle
-STAGES = ("episodes", "posterior", "query", "map", "random")
+# where a row's time goes: building episodes, posteriors, query-set predictive, mAP, random
+# oracle, prior-only oracle
+STAGES = ("episodes", "posterior", "query", "map", "random", "prior")
 ROW_KEYS = (
     "split",
     "negatives",
@@ -47,10 +48,12 @@ ROW_KEYS = (
     "map_strong",
     "map_weak",
     "map_random",
+    "map_prior",
     "map_gap",
     "cba_strong",
     "cba_weak",
     "cba_random",
+    "cba_prior",
     "cba_gap",
     "d_atom",
     "d_compound",
@@ -71,21 +74,25 @@ def score_split(
     progress: bool = False,
     per_episode: bool = False,
 ) -> dict:
-    """Strong, weak and random oracle metrics on `episodes` test episodes of one split; with
-    `per_episode`, the row also holds ``episode_ap``: ``{"strong", "weak", "random"}`` ->
-    (episodes,) arrays of each episode's AP (per-concept results, `curi eval`)."""
+    """Strong, weak, random and prior-only oracle metrics on `episodes` test episodes of one
+    split; with `per_episode`, the row also holds ``episode_ap``: ``{"strong", "weak",
+    "random", "prior"}`` -> (episodes,) arrays of each episode's AP (per-concept results,
+    `curi eval`). The prior-only oracle's scores are the same in every episode: its AP is
+    computed once per concept, its query scores once per scene."""
     t0 = time.perf_counter()
     sampler = EpisodeSampler(bank, split, "test", negatives, seed=seed, size=episodes)
     kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
     strong = Oracle.strong(bank, **kw)
     same = len(split.train) == len(bank)  # instance IID: the weak oracle is the strong one
     weak = strong if same else Oracle.weak(bank, split, **kw)
+    prior_only = _prior_only(bank, prior)
     groups = np.asarray(bank.groups)
     n_pos_eval = np.bitwise_count(ev.rows).sum(1)
     m = len(ev)
-    out = {k: np.zeros(episodes) for k in ("ap_s", "ap_w", "ap_r")}
+    out = {k: np.zeros(episodes) for k in ("ap_s", "ap_w", "ap_r", "ap_p")}
     n_query = sampler.num_positives + sampler.num_negatives
-    q_scores = np.zeros((3, episodes, n_query))  # (strong, weak, random) predictive on queries
+    # (strong, weak, random, prior-only) predictive on the queries
+    q_scores = np.zeros((4, episodes, n_query))
     q_labels = np.zeros((episodes, n_query), np.int8)
     from tqdm import tqdm
 
@@ -122,7 +129,10 @@ def score_split(
         out["ap_r"][i] = random_average_precision(rng, n_pos, m)
         order = np.argsort(-e.query_labels, kind="stable")  # positives first: as unshuffled
         q_scores[2, i, order] = rng.random(len(e.query_ids))
-        lap("random", t)
+        t = lap("random", t)
+        out["ap_p"][i] = prior_only.eval_average_precision(ev, e.concept)
+        q_scores[3, i] = prior_only.predictive(e.query_ids)
+        lap("prior", t)
     # class-balanced accuracy of the query predictions at 0.5, per episode and pooled
     cba = [class_balanced_accuracy_batch(q, q_labels) for q in q_scores]
     row = {
@@ -133,11 +143,14 @@ def score_split(
         "map_strong": float(out["ap_s"].mean()),
         "map_weak": float(out["ap_w"].mean()),
         "map_random": float(out["ap_r"].mean()),
+        "map_prior": float(out["ap_p"].mean()),
         "cba_strong": float(cba[0].mean()),
         "cba_weak": float(cba[1].mean()),
         "cba_random": float(cba[2].mean()),
+        "cba_prior": float(cba[3].mean()),
         "cba_pooled_strong": pooled_class_balanced_accuracy(q_scores[0], q_labels),
         "cba_pooled_weak": pooled_class_balanced_accuracy(q_scores[1], q_labels),
+        "cba_pooled_prior": pooled_class_balanced_accuracy(q_scores[3], q_labels),
         "episodes": episodes,
         "seconds": round(time.perf_counter() - t0, 4),
         "stage_seconds": {k: round(v, 4) for k, v in stages.items()},
@@ -145,8 +158,26 @@ def score_split(
     row["map_gap"] = row["map_strong"] - row["map_weak"]
     row["cba_gap"] = row["cba_strong"] - row["cba_weak"]
     if per_episode:
-        row["episode_ap"] = {"strong": out["ap_s"], "weak": out["ap_w"], "random": out["ap_r"]}
+        row["episode_ap"] = {
+            "strong": out["ap_s"],
+            "weak": out["ap_w"],
+            "random": out["ap_r"],
+            "prior": out["ap_p"],
+        }
     return row
+
+
+_last_prior_only: list = []  # [(bank, prior, oracle)]: the last prior-only oracle of this process
+
+
+def _prior_only(bank, prior: str):
+    """The prior-only oracle of (bank, prior), kept for the next job of the same bank (in a
+    pool worker, the jobs it runs) so its per-scene and per-concept caches carry over: its
+    scores do not depend on the split or the negatives."""
+    last = _last_prior_only[0] if _last_prior_only else (None, None, None)
+    if last[0] is not bank or last[1] != prior:
+        _last_prior_only[:] = [(bank, prior, Oracle.prior_only(bank, prior=prior))]
+    return _last_prior_only[0][2]
 
 
 def check_gap_options(episodes, workers, seed) -> tuple[int, int, int]:
@@ -269,12 +300,13 @@ def _collect(results, total: int, progress: bool) -> list[dict]:
     rows = []
     for row in tqdm(results, total=total, desc="gap", unit="job", disable=not progress):
         log.info(
-            "%s/%s: mAP strong %.3f weak %.3f gap %.3f (%.0f s)",
+            "%s/%s: mAP strong %.3f weak %.3f gap %.3f prior-only %.3f (%.0f s)",
             row["split"],
             row["negatives"],
             row["map_strong"],
             row["map_weak"],
             row["map_gap"],
+            row["map_prior"],
             row["seconds"],
         )
         rows.append(row)

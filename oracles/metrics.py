@@ -18,12 +18,15 @@ if TYPE_CHECKING:
     from curi.oracles.eval_set import EvalSet
 
 __all__ = [
+    "FixedScores",
     "ap_from_counts",
     "average_precision",
     "average_precision_batch",
     "class_balanced_accuracy",
     "class_balanced_accuracy_batch",
+    "fixed_scores_average_precision",
     "oracle_average_precision",
+    "oracle_scores",
     "pooled_class_balanced_accuracy",
     "random_average_precision",
 ]
@@ -339,9 +342,7 @@ def oracle_average_precision(
     m = len(ev)
     if len(idx) == 0:
         return float(label.sum() / m)
-    _, first, inv = np.unique(groups[idx], return_index=True, return_inverse=True)
-    wg = np.bincount(inv, weights=w)
-    reps = ev.rows[idx[first]]  # (G, ceil(M / 64)), one row per synonym group
+    reps, wg = _group_rows(ev, idx, w, groups)
     if len(wg) <= _CELL_MAX_GROUPS:
         if label_words is None:
             label_words = pack_rows(label)
@@ -349,6 +350,43 @@ def oracle_average_precision(
         if ap is not None:
             return ap
     return _ap_of_scores(_scene_scores(reps, wg, m), label)
+
+
+def _group_rows(ev: EvalSet, idx: np.ndarray, w: np.ndarray, groups: np.ndarray):
+    """(G, ceil(M / 64)) one evaluation-set row per synonym group of `idx`, and (G,) the
+    posterior mass of each group."""
+    _, first, inv = np.unique(groups[idx], return_index=True, return_inverse=True)
+    return ev.rows[idx[first]], np.bincount(inv, weights=w)
+
+
+def oracle_scores(ev: EvalSet, idx: np.ndarray, w: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(M,) the score of every evaluation scene under a posterior with mass `w` on the
+    concepts `idx` (as `oracle_average_precision` scores them, summed per synonym group)."""
+    if len(idx) == 0:
+        return np.zeros(len(ev))
+    reps, wg = _group_rows(ev, idx, w, groups)
+    return _scene_scores(reps, wg, len(ev))
+
+
+class FixedScores:
+    """One (M,) score vector ranked against many labels: the scores rounded and sorted once,
+    ties handled as `oracle_average_precision` does (scores compared to 12 decimals, equal
+    scores one threshold). Calling it with (K, M) or (M,) bool labels gives (K,) APs, NaN for
+    a row without positives."""
+
+    def __init__(self, scores: np.ndarray):
+        self.scores = np.round(np.asarray(scores, np.float64), 12)
+        self.ordered = np.sort(self.scores)
+
+    def __call__(self, labels: np.ndarray) -> np.ndarray:
+        labels = np.asarray(labels, bool).reshape(-1, len(self.scores))
+        return np.array([_ap_of_scores(self.scores, y, self.ordered) for y in labels])
+
+
+def fixed_scores_average_precision(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Step-wise AP of one (M,) score vector against each row of (K, M) bool labels (see
+    `FixedScores`, which keeps the sorted scores for later calls)."""
+    return FixedScores(scores)(labels)
 
 
 def _scene_scores(reps: np.ndarray, wg: np.ndarray, m: int) -> np.ndarray:
@@ -367,15 +405,20 @@ def _scene_scores(reps: np.ndarray, wg: np.ndarray, m: int) -> np.ndarray:
     return scores
 
 
-def _ap_of_scores(scores: np.ndarray, label: np.ndarray) -> float:
+def _ap_of_scores(
+    scores: np.ndarray, label: np.ndarray, ordered: np.ndarray | None = None
+) -> float:
     """Step-wise AP of (M,) scores against (M,) bool labels, compared to 12 decimals (as in
     `ap_from_counts`): only the distinct positive scores are thresholds, and the scenes at or
-    above each are counted in one sort of the scores (no argsort)."""
-    scores = np.round(scores, 12)
+    above each are counted in one sort of the scores (no argsort); `ordered`: the rounded
+    scores already sorted (then `scores` must be rounded too)."""
+    if ordered is None:
+        scores = np.round(scores, 12)
+        ordered = np.sort(scores)
     thresholds, pos_at = np.unique(scores[label], return_counts=True)  # ascending
     if len(thresholds) == 0:
         return float("nan")
-    n_ge = len(scores) - np.searchsorted(np.sort(scores), thresholds, side="left")
+    n_ge = len(scores) - np.searchsorted(ordered, thresholds, side="left")
     tp_ge = np.cumsum(pos_at[::-1])[::-1]
     return float(np.sum(pos_at * tp_ge / n_ge) / pos_at.sum())
 

@@ -1,7 +1,7 @@
 """Scoring any model with the benchmark's metrics (CURI paper, section 3): per-scene scores of
 a model, given by a callable or read from a scores file, become mAP on the shared evaluation
 set and class-balanced accuracy on the query set, per split and per concept, beside the strong,
-weak and random oracles of the same episodes."""
+weak, random and prior-only oracles of the same episodes."""
 
 from __future__ import annotations
 
@@ -119,14 +119,16 @@ def score_predictions(
         subset, negatives, seed: which episodes were scored (`curi.EpisodeSampler`).
         threshold: a query scene is predicted positive iff its score > threshold (0.5 for
             probabilities, 0 for log-odds).
-        oracles: add the strong / weak / random oracles of the same episodes (test subset).
+        oracles: add the strong / weak / random / prior-only oracles of the same episodes
+            (test subset).
         prior, likelihood: the oracles' (see `curi.oracles.Oracle`).
 
     Returns:
         ``{"split": [one row], "concepts": [one row per concept]}``. The split row holds
         ``map`` (mean step-wise AP on the evaluation set), ``cba`` (mean class-balanced
         accuracy on the query set), ``cba_pooled``, and with `oracles` the gap report's
-        ``map_strong``, ``map_weak``, ``map_random``, ``cba_strong``, ... Each concept row
+        ``map_strong``, ``map_weak``, ``map_random``, ``map_prior``, ``cba_strong``, ...,
+        ``cba_prior``, ``cba_pooled_prior`` (the prior-only oracle). Each concept row
         holds its episodes' mean ``map`` and ``cba``.
 
     Raises:

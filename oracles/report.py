@@ -1,6 +1,7 @@
 """Writing the gap table: `gap.json` (rows), `gap.md` (a table, and the paper's values beside
 ours for the paper's splits) and `gap.png` (per split, the strong and weak oracles and the gap,
-in the spirit of the paper's Figure 5, with the paper's oracles marked for hard negatives)."""
+in the spirit of the paper's Figure 5, with the paper's oracles marked for hard negatives and
+the prior-only oracle, which the paper does not have, as a triangle)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ _COLUMNS = (
     ("map_strong", "mAP strong", "{:.3f}"),
     ("map_weak", "mAP weak", "{:.3f}"),
     ("map_random", "mAP random", "{:.3f}"),
+    ("map_prior", "mAP prior", "{:.3f}"),
     ("map_gap", "mAP gap", "{:.3f}"),
     ("cba_strong", "CBA strong", "{:.3f}"),
     ("cba_weak", "CBA weak", "{:.3f}"),
     ("cba_random", "CBA random", "{:.3f}"),
+    ("cba_prior", "CBA prior", "{:.3f}"),
     ("cba_gap", "CBA gap", "{:.3f}"),
     ("d_atom", "D_A", "{:.3f}"),
     ("d_compound", "D_C", "{:.3f}"),
@@ -44,8 +47,9 @@ def markdown_table(rows: list[dict]) -> str:
 
 def gap_figure(rows: list[dict], title: str | None = None):
     """The gap chart as a matplotlib figure: per negatives kind, mAP and class-balanced
-    accuracy of the strong and weak oracles per split, the random oracle as a dash, the gap
-    printed above the highest mark (the paper's oracles, diamonds, never cover it)."""
+    accuracy of the strong and weak oracles per split, the random oracle as a dash, the
+    prior-only oracle (rows that have it) as a triangle, the gap printed above the highest mark
+    (the paper's oracles, diamonds, never cover it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,6 +69,11 @@ def gap_figure(rows: list[dict], title: str | None = None):
             ax.bar(x + 0.2, weak, 0.4, label="weak oracle", color="#ef8636")
             ax.plot(x, [r[f"{metric}_random"] for r in sub], "k_", ms=14, label="random")
             top = np.maximum(strong, weak)  # the gap's label goes above everything drawn
+            has_prior = [k for k, r in enumerate(sub) if r.get(f"{metric}_prior") is not None]
+            if has_prior:  # what any learner gets before it sees the episode
+                ys = [sub[k][f"{metric}_prior"] for k in has_prior]
+                ax.plot(x[has_prior], ys, "^", ms=6, color="#4a9a4a", ls="none", label="prior only")
+                top[has_prior] = np.maximum(top[has_prior], ys)
             in_paper = [k for k, r in enumerate(sub) if r["split"] in PAPER_GAP]
             if neg == "hard" and in_paper:  # the paper's oracles (its section 5) on its splits
                 cols = (0, 1) if metric == "map" else (3, 4)
@@ -99,7 +108,7 @@ def gap_figure(rows: list[dict], title: str | None = None):
             ax.set_ylabel(name, fontsize=9)
             ax.set_title(f"{name}, {neg} negatives (numbers: strong - weak gap)", fontsize=10)
     handles, labels = axes[-1, 0].get_legend_handles_labels()  # hard negatives sort last
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))

@@ -77,10 +77,12 @@ def test_command_tabulates_runs_beside_the_paper_then_skips_them(
         assert (r["modality"], r["pooling"], r["seeds"], r["steps"]) == ("schema", pooling, [0], 2)
         assert np.isclose(r["paper_map"], paper) and np.isclose(r["diff"], r["test_map"] - paper)
         assert r["oracle_strong"] == oracle["map_strong"] and oracle["episodes"] == 6
+        assert r["oracle_prior"] == oracle["map_prior"] is not None
         assert (run / "eval" / "concepts.parquet").is_file()
     assert (out / "baselines.png").read_bytes()[:4] == b"\x89PNG"
     md = (out / "baselines.md").read_text()
     assert "| concept_iid | " in md and "(60.7)" in md and "(59.8)" in md
+    assert "prior-only oracle |" in md
 
     # finished runs are skipped: nothing trains or evaluates again, the table is the same
     def refuse(*a, **k):
@@ -303,7 +305,7 @@ def test_table_averages_seeds_and_marks_what_the_paper_lacks():
     ]
     table = baseline_table(
         results,
-        {("boolean", "hard"): {"map_strong": 0.9, "map_weak": 0.4}},
+        {("boolean", "hard"): {"map_strong": 0.9, "map_weak": 0.4, "map_prior": 0.1}},
         settings={"bank": "b", "episodes": 5, "seeds": [0, 1]},
     )
     rows = {(r["config"], r["split"]): r for r in table["rows"]}
@@ -318,6 +320,7 @@ def test_table_averages_seeds_and_marks_what_the_paper_lacks():
     assert rows[("avg", "counting")]["paper_map"] is None  # the paper ran no sound transformer
     md = table_markdown(table)
     assert "lang (alpha=1)" in md and "no per-split numbers with language" in md
-    assert "| boolean | 45.0 (51.1) | – | 90.0 | 40.0 |" in md
-    assert "| mcd | – | 30.0 (n/a) | n/a | n/a |" in md
+    assert "| boolean | 45.0 (51.1) | – | 90.0 | 40.0 | 10.0 |" in md
+    assert "| mcd | – | 30.0 (n/a) | n/a | n/a | n/a |" in md
+    assert lang["oracle_prior"] == 0.1
     assert "| lang | boolean | 45.0 ± 7.1 | 51.1 ± 1.4 | -6.1 |" in md

@@ -36,6 +36,18 @@ def test_an_oracle_as_the_model_scores_as_that_oracle(tiny_bank):
     assert {c["split"] for c in strong["concepts"]} == {"binding_color"}
 
 
+def test_the_prior_only_oracle_as_the_model_scores_as_that_oracle(tiny_bank):
+    """The scoring API reports the prior-only oracle; a model that is it scores the same."""
+    from curi.oracles import Oracle
+
+    out = score_model(_as_model(Oracle.prior_only(tiny_bank)), tiny_bank, "counting", episodes=10)
+    row = out["splits"][0]
+    assert 0 < row["map_prior"] < row["map_strong"]
+    assert row["map"] == pytest.approx(row["map_prior"], abs=1e-9)
+    assert row["cba"] == pytest.approx(row["cba_prior"])
+    assert row["cba_pooled"] == pytest.approx(row["cba_pooled_prior"])
+
+
 def test_a_random_model_scores_near_chance(tiny_bank):
     rng = np.random.default_rng(0)
     out = score_model(lambda s, y, t: rng.random(len(t)), tiny_bank, "concept_iid", episodes=20)

@@ -137,7 +137,9 @@ def test_curi_eval_writes_concepts_beside_metrics(tiny_bank, tiny_bank_dir, tmp_
     models_cli.evaluate(cfg)
     metrics = json.loads((out / "metrics.json").read_text())
     assert "per_concept" not in metrics and metrics["oracles"]["episodes"] == 12
+    assert 0 < metrics["oracles"]["map_prior"] <= 1  # the prior-only oracle beside the others
     rows = pq.read_table(out / "concepts.parquet").to_pylist()
+    assert {"oracle_ap_strong", "oracle_ap_prior"} <= set(rows[0])
     n = np.array([r["episodes"] for r in rows])
     ap = np.array([r["model_ap"] for r in rows])
     assert n.sum() == 12

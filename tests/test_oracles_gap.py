@@ -30,6 +30,9 @@ def test_table_invariants(rows):
         assert r["map_gap"] == pytest.approx(r["map_strong"] - r["map_weak"])
         assert 0.9 < r["map_strong"] <= 1 and 0.9 < r["cba_strong"] <= 1
         assert 0.4 < r["cba_random"] < 0.6
+        # the prior-only oracle: no support, so below the strong oracle, in range
+        assert 0 < r["map_prior"] < r["map_strong"] and r["map_prior"] <= 1
+        assert 0 <= r["cba_prior"] <= 1 and 0 <= r["cba_pooled_prior"] <= 1
     iid = [r for r in rows if r["split"] == "instance_iid"]
     assert all(r["map_gap"] == 0 and r["cba_gap"] == 0 and r["d_atom"] == 0 for r in iid)
     bc = next(r for r in rows if r["split"] == "binding_color" and r["negatives"] == "hard")
@@ -68,6 +71,9 @@ def test_report_files(rows, tmp_path):
     assert json.loads(paths["json"].read_text())[0]["split"] == rows[0]["split"]
     md = paths["md"].read_text()
     assert "| binding_color | hard |" in md and "mAP gap" in md
+    assert "mAP prior" in md and "CBA prior" in md
+    bc = next(r for r in rows if r["split"] == "binding_color" and r["negatives"] == "hard")
+    assert f"| {bc['map_prior']:.3f} |" in md
     assert "Beside the paper" in md and "Pearson r" in md  # 3 paper splits with hard negatives
     assert paths["png"].stat().st_size > 10_000
 
