@@ -72,7 +72,16 @@ def gap_figure(rows: list[dict], title: str | None = None):
             has_prior = [k for k, r in enumerate(sub) if r.get(f"{metric}_prior") is not None]
             if has_prior:  # what any learner gets before it sees the episode
                 ys = [sub[k][f"{metric}_prior"] for k in has_prior]
-                ax.plot(x[has_prior], ys, "^", ms=6, color="#4a9a4a", ls="none", label="prior only")
+                ax.plot(
+                    x[has_prior],
+                    ys,
+                    "^",
+                    ms=7,
+                    mfc="#4a9a4a",
+                    mec="white",
+                    ls="none",
+                    label="prior-only oracle",
+                )
                 top[has_prior] = np.maximum(top[has_prior], ys)
             in_paper = [k for k, r in enumerate(sub) if r["split"] in PAPER_GAP]
             if neg == "hard" and in_paper:  # the paper's oracles (its section 5) on its splits
