@@ -69,6 +69,8 @@ class PriorOnlyOracle(Oracle):
         logw = self.log_prior[self.hypotheses]
         w = np.exp(logw - logw.max())
         self._w = w / w.sum()
+        for a in (self._w, self.hypotheses):  # handed out by every `posterior` call: read-only
+            a.setflags(write=False)
         self._tables: np.ndarray | None = None  # (B * 256,) prior mass of each concept byte
         self._cache = np.full(bank.num_scenes, np.nan)  # predictive of the scenes seen so far
         self._eval: tuple | None = None  # (eval set, its `FixedScores`, concept -> AP)
