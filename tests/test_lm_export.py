@@ -128,6 +128,7 @@ def test_readme_export_command_runs(tiny_bank_dir, tmp_path):
     args = [a for a in args if not a.startswith("out=")] + [f"out={tmp_path / 'tasks'}"]
     r = run_curi("lm", "export", *args, "progress=false", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout[r.stdout.index("{") :])["tasks"] == str(tmp_path / "tasks")
     manifest = json.loads((tmp_path / "tasks" / "curi_tasks.json").read_text())
     assert all(re.fullmatch(r"curi_\w+_(hard|easy)", t) for t in manifest["tasks"])
     assert all(v["documents"] == 50 for v in manifest["tasks"].values())

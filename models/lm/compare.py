@@ -97,7 +97,8 @@ def read_results(path: str | Path) -> dict:
         )
     try:
         doc = json.loads(files[-1].read_text())
-        doc["results"], doc.get("n-samples", {})
+        if not isinstance(doc["results"], dict):
+            raise TypeError("'results' is not a mapping")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise PredictionsError(f"{files[-1]} is not an lm-eval results file: {e!r}") from None
     doc["_path"] = str(files[-1])
@@ -122,14 +123,19 @@ def compare(bank, folder: str | Path, results: str | Path, *, seed: int = 0, **o
             f"the results {res['_path']} hold none of the tasks of {folder} "
             f"({', '.join(manifest['tasks'])}); run lm_eval with --include_path {folder}"
         )
+    if (res.get("config") or {}).get("limit"):
+        raise PredictionsError(
+            f"the results {res['_path']} were run with lm_eval --limit: the oracles are compared "
+            "on whole task folders (export fewer episodes instead: n=)"
+        )
     rows = []
     for task in names:
         info = manifest["tasks"][task]
-        n = res.get("n-samples", {}).get(task, {}).get("effective")
+        n = res.get("n-samples", {}).get(task, {}).get("original")
         if n is not None and n != info["documents"]:
             raise PredictionsError(
                 f"{task}: the results scored {n} documents, the task folder holds "
-                f"{info['documents']}: results of another export (or of lm_eval --limit)"
+                f"{info['documents']}: results of another export"
             )
         model = {m: res["results"][task].get(f"{m},none") for m in METRICS}
         row = {"task": task, "split": info["split"], "negatives": info["negatives"]}
@@ -147,7 +153,6 @@ def compare(bank, folder: str | Path, results: str | Path, *, seed: int = 0, **o
 
 def format_table(rows: list[dict]) -> str:
     """The rows as a markdown table (n/a: an oracle this curi lacks)."""
-    cols = [k for k in rows[0] if k not in ("task",)] if rows else []
     cols = list(dict.fromkeys(c for r in rows for c in r if c != "task"))
     head = "| task | " + " | ".join(cols) + " |"
     lines = [head, "|" + "---|" * (len(cols) + 1)]
