@@ -132,3 +132,26 @@ def test_readme_export_command_runs(tiny_bank_dir, tmp_path):
     manifest = json.loads((tmp_path / "tasks" / "curi_tasks.json").read_text())
     assert all(re.fullmatch(r"curi_\w+_(hard|easy)", t) for t in manifest["tasks"])
     assert all(v["documents"] == 50 for v in manifest["tasks"].values())
+
+
+@pytest.mark.parametrize("wording", ["full", "compact"])
+def test_an_exported_episode_file_gives_the_same_task(tiny_bank, tmp_path, wording):
+    """From `curi episodes ... out=FILE`: the text written from the file's scene records is
+    the text written from the bank, for the same episodes."""
+    from curi.export import export_episodes
+
+    split = make_split(tiny_bank, "concept_iid")
+    eps = tmp_path / "eps.jsonl"
+    export_episodes(tiny_bank, split, "test", eps, n=2, negatives="easy", progress=False)
+    export_tasks(tiny_bank, [], tmp_path / "a", episode_file=eps, wording=wording, progress=False)
+    export_tasks(
+        tiny_bank, [split], tmp_path / "b", negatives=["easy"], n=2, wording=wording,
+        progress=False,
+    )  # fmt: skip
+    name = task_name("concept_iid", "easy")
+    for table in ("episodes", "docs"):
+        a = lm_task.read_table(tmp_path / "a" / f"{name}.{table}.jsonl.gz")
+        b = lm_task.read_table(tmp_path / "b" / f"{name}.{table}.jsonl.gz")
+        assert a == b
+    manifest = lm_task.read_manifest(tmp_path / "a")
+    assert manifest["tasks"][name]["split_file"] == "curi_concept_iid_split.json"

@@ -53,7 +53,7 @@ def lm_export(cfg: DictConfig) -> None:
         raise ConfigError("max_length= needs tokenizer=PATH (the model's tokenizer)")
     bank = open_bank_from_config(cfg)
     one = cfg.get("split")
-    specs = [one] if one is not None else list(cfg.splits)
+    specs = [] if cfg.get("episodes") else [one] if one is not None else list(cfg.splits)
     splits = [make_split(bank, OmegaConf.to_container(s, resolve=True) if not isinstance(s, str)
                          else s) for s in specs]  # fmt: skip
     path = export_tasks(
@@ -68,6 +68,7 @@ def lm_export(cfg: DictConfig) -> None:
         answers=list(cfg.answers),
         eval_scenes=eval_scenes,
         progress=cfg.progress,
+        episode_file=cfg.get("episodes"),
     )
     report = {"tasks": str(Path(cfg.out)), "manifest": str(path)}
     if cfg.get("tokenizer") is not None:

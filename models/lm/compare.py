@@ -28,6 +28,8 @@ def _oracle(bank, folder: Path, info: dict, policy: str, options: dict):
     if policy == "strong":
         return Oracle.strong(bank, **kw)
     if policy == "weak":
+        if info["split_file"] is None:  # an episode file of a split this bank cannot make
+            return None
         return Oracle.weak(bank, load_split(bank, folder / info["split_file"]), **kw)
     if policy == "prior":
         make = getattr(Oracle, "prior_only", None)
@@ -40,7 +42,8 @@ def oracle_items(
 ) -> list[tuple[int, str, int, float]] | None:
     """``(episode, set, label, p)`` of every document of a task, p the oracle's predictive
     probability computed from the episode table's scene ids (``random``: uniform scores drawn
-    from (seed, task, episode)); None for an oracle this curi lacks."""
+    from (seed, task, episode)); None for an oracle this curi lacks, a weak oracle without
+    the task's split, or episodes without scene ids."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     info = manifest["tasks"][task]
@@ -48,7 +51,7 @@ def oracle_items(
     docs = read_table(folder / f"{task}.docs.jsonl.gz")
     eval_ids = np.asarray(manifest["eval_ids"], np.int64)
     oracle = None if policy == "random" else _oracle(bank, folder, info, policy, options)
-    if policy != "random" and oracle is None:
+    if policy != "random" and (oracle is None or episodes[0]["support_ids"] is None):
         return None
     by_episode: dict[int, list[dict]] = {}
     for d in docs:

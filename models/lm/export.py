@@ -16,7 +16,14 @@ import numpy as np
 
 from curi.atomic import atomic_path, write_text
 from curi.errors import ConfigError
-from curi.models.lm.prompt import DELIMITER, REQUEST, WORDINGS, check_answers, prompt_head
+from curi.models.lm.prompt import (
+    DELIMITER,
+    REQUEST,
+    WORDINGS,
+    check_answers,
+    prompt_head,
+    record_text,
+)
 from curi.models.lm.prompt import scene_texts as _scene_texts
 from curi.models.lm.task import FORMAT, MANIFEST
 from curi.rng import derive_rng
@@ -115,76 +122,108 @@ def _eval_sample(bank, k: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(ids, size=k, replace=False)) if k else ids[:0]
 
 
-def _one_task(bank, split, subset, negatives, *, n, seed, wording, answers, eval_ids, folder):
+def _sampled(bank, split, subset, negatives, n, seed, wording) -> list[dict]:
+    """Episodes 0..n-1 of a split as plain dicts with their scenes' text."""
     from curi.episodes import EpisodeSampler
+
+    sampler = EpisodeSampler(bank, split, subset, negatives, seed=seed, size=n)
+    eps = [sampler[i].to_dict(records=False) for i in range(n)]
+    for key in ("support", "query"):
+        ids = np.concatenate([e[f"{key}_ids"] for e in eps])
+        text = iter(_scene_texts(bank, ids, wording))
+        for e in eps:
+            e[f"{key}_text"] = [next(text) for _ in e[f"{key}_ids"]]
+    return eps
+
+
+def _write_task(bank, name, eps, *, answers, eval_ids, eval_text, folder) -> dict:
+    """Write a task's episode table, documents and YAML; returns its manifest entry."""
     from curi.posterior import hypothesis_bits
 
-    name = task_name(split.name, negatives)
-    sampler = EpisodeSampler(bank, split, subset, negatives, seed=seed, size=n)
-    eps = [sampler[i] for i in range(n)]
-    s_ids = np.stack([e.support_ids for e in eps])  # (E, S)
-    q_ids = np.stack([e.query_ids for e in eps])  # (E, Q)
-    s_text = _scene_texts(bank, s_ids.reshape(-1), wording)
-    q_text = _scene_texts(bank, q_ids.reshape(-1), wording)
-    e_text = _scene_texts(bank, eval_ids, wording) if len(eval_ids) else []
-    S, Q = s_ids.shape[1], q_ids.shape[1]
     episodes, docs, chars = [], [], []
     for i, e in enumerate(eps):
-        head = prompt_head(s_text[i * S : (i + 1) * S], e.support_labels, answers)
+        head = prompt_head(e["support_text"], e["support_labels"], answers)
         episodes.append(
             {
                 "episode": i,
-                "concept": e.concept_text,
+                "concept": e["concept_text"],
                 "support": head,
-                "support_ids": e.support_ids.tolist(),
-                "support_labels": e.support_labels.tolist(),
-                "query_ids": e.query_ids.tolist(),
+                "support_ids": e.get("support_ids"),
+                "support_labels": [int(y) for y in e["support_labels"]],
+                "query_ids": e.get("query_ids"),
             }
         )
-        for j in range(Q):
-            scene = q_text[i * Q + j]
-            docs.append(
-                {
-                    "task": name,
-                    "episode": i,
-                    "set": "query",
-                    "position": j,
-                    "scene": scene,
-                    "label": int(e.query_labels[j]),
-                }
-            )
-            chars.append(len(head) + len(REQUEST) + len(scene))
+        sets = [("query", e["query_text"], e["query_labels"])]
         if len(eval_ids):
-            labels = hypothesis_bits(bank, np.array([e.concept]), eval_ids)[:, 0]
-            for j, scene in enumerate(e_text):
+            labels = hypothesis_bits(bank, np.array([e["concept"]]), eval_ids)[:, 0]
+            sets.append(("eval", eval_text, labels))
+        for kind, texts, labels in sets:
+            for j, (scene, y) in enumerate(zip(texts, labels, strict=True)):
                 docs.append(
                     {
                         "task": name,
                         "episode": i,
-                        "set": "eval",
+                        "set": kind,
                         "position": j,
                         "scene": scene,
-                        "label": int(labels[j]),
+                        "label": int(y),
                     }
                 )
                 chars.append(len(head) + len(REQUEST) + len(scene))
-    sizes = _write_table(folder / f"{name}.episodes.jsonl.gz", episodes)
-    sizes += _write_table(folder / f"{name}.docs.jsonl.gz", docs)
+    size = _write_table(folder / f"{name}.episodes.jsonl.gz", episodes)
+    size += _write_table(folder / f"{name}.docs.jsonl.gz", docs)
     write_text(folder / f"{name}.yaml", _task_yaml(name, answers, len(eval_ids)))
     c = np.asarray(chars)
-    return name, {
-        "split": split.name,
-        "split_file": f"{task_name(split.name, 'split')}.json",
-        "negatives": negatives,
-        "episodes": n,
+    return {
+        "episodes": len(eps),
         "documents": len(docs),
-        "bytes": int(sizes),
+        "bytes": int(size),
         "prompt_chars": {
             "median": float(np.median(c)),
             "mean": round(float(c.mean()), 1),
             "max": int(c.max()),
         },
     }
+
+
+def _from_file(bank, path, wording) -> tuple[list[dict], dict]:
+    """The episodes of an exported episode file (`curi episodes ... out=FILE`), their text
+    written from the file's scene records, and its card's front matter ({} without one).
+
+    Raises:
+        EpisodeFileError: a file `curi.export.read_episode_file` refuses.
+        BankError: episodes whose scene ids are not these scenes of `bank`.
+    """
+    import yaml
+
+    from curi.errors import BankError
+    from curi.export import read_episode_file
+
+    path = Path(path).expanduser()
+    card = path.with_name(path.name + ".card.md")
+    meta = {}
+    if card.is_file() and card.read_text().startswith("---\n"):
+        meta = yaml.safe_load(card.read_text().split("\n---\n", 1)[0][4:]) or {}
+    eps = list(read_episode_file(path))
+    keys = ("shape", "color", "material", "size", "x", "y")
+    for e in eps:
+        for key in ("support", "query"):
+            records = e.pop(f"{key}_records")
+            e[f"{key}_text"] = [record_text(r, wording) for r in records]
+            ids = e.get(f"{key}_ids")
+            if ids is not None and e is eps[0]:  # the ids must be the bank's scenes
+                ours = bank.scene_records(ids)
+                same = all(
+                    [{k: o[k] for k in keys} for o in a["objects"]]
+                    == [{k: o[k] for k in keys} for o in b["objects"]]
+                    for a, b in zip(records, ours, strict=True)
+                )
+                if not same:
+                    raise BankError(
+                        f"the episodes of {path} are not scenes of the bank at {bank.path}; "
+                        "pass the bank they were exported from (bank=, data_dir=)"
+                    )
+    return eps, meta
 
 
 def export_tasks(
@@ -200,9 +239,10 @@ def export_tasks(
     answers: Sequence[str] = ("0", "1"),
     eval_scenes: int = 0,
     progress: bool = True,
+    episode_file: str | Path | None = None,
 ) -> Path:
     """Write an lm-evaluation-harness task folder for episodes 0..n-1 of each split (a
-    `curi.splits.Split`) and kind of negatives.
+    `curi.splits.Split`) and kind of negatives, or for the episodes of an exported file.
 
     Files: per task ``<task>.yaml``, ``<task>.episodes.jsonl.gz`` (one row per episode: the
     support text once, the scene ids for `curi lm compare`), ``<task>.docs.jsonl.gz`` (one row
@@ -213,16 +253,23 @@ def export_tasks(
     Args:
         eval_scenes: also ask about this many scenes of a seeded sample of the bank's
             evaluation set in every episode (metric ``eval_ap``); 0: the query set only.
+        episode_file: instead of `splits`, the episodes of a file of `curi episodes ...
+            out=FILE` (of this bank), as one task named by its card's split and negatives
+            (else the file's name and ``negatives[0]``); its text is written from the file's
+            scene records.
 
     Returns:
         The manifest's path.
 
     Raises:
-        ConfigError: a bad option; SplitError: a subset without concepts.
+        ConfigError: a bad option; SplitError: a subset without concepts;
+        EpisodeFileError, BankError: an episode file that cannot be read or is of another bank.
     """
     from tqdm import tqdm
 
     from curi import __version__
+    from curi.errors import CuriError
+    from curi.splits import make_split
 
     if wording not in WORDINGS:
         raise ConfigError(f"wording must be one of {WORDINGS}, got {wording!r}")
@@ -230,16 +277,36 @@ def export_tasks(
     folder = Path(out).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     eval_ids = _eval_sample(bank, int(eval_scenes), seed)
-    tasks = {}
+    eval_text = _scene_texts(bank, eval_ids, wording) if len(eval_ids) else []
     jobs = [(s, neg) for s in splits for neg in negatives]
+    if episode_file is not None:
+        eps, meta = _from_file(bank, episode_file, wording)
+        name = str(meta.get("split") or Path(episode_file).name.split(".")[0])
+        try:  # the weak oracle's hypotheses: the split, when this bank can make it again
+            split = make_split(bank, name)
+        except CuriError:
+            split = None
+        neg = str(meta.get("negatives") or negatives[0])
+        subset, n, seed = meta.get("subset", subset), len(eps), meta.get("seed", seed)
+        jobs = [(split or name, neg)]
+    tasks = {}
     for split, neg in tqdm(jobs, desc="lm tasks", unit="task", disable=not progress):
-        name, info = _one_task(
-            bank, split, subset, neg, n=n, seed=seed, wording=wording, answers=answers,
-            eval_ids=eval_ids, folder=folder,
-        )  # fmt: skip
+        split_name = split if isinstance(split, str) else split.name
+        name = task_name(split_name, neg)
         if name in tasks:
             raise ConfigError(f"two tasks would be named {name}: give the splits distinct names")
-        split.save(folder / info["split_file"], bank)
+        if episode_file is None:
+            eps = _sampled(bank, split, subset, neg, n, seed, wording)
+        info = {"split": split_name, "split_file": None, "negatives": neg}
+        info.update(
+            _write_task(
+                bank, name, eps, answers=answers, eval_ids=eval_ids, eval_text=eval_text,
+                folder=folder,
+            )
+        )  # fmt: skip
+        if not isinstance(split, str):
+            info["split_file"] = f"{task_name(split_name, 'split')}.json"
+            split.save(folder / info["split_file"], bank)
         tasks[name] = info
     write_text(folder / "utils.py", _UTILS)
     write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))

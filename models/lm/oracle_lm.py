@@ -120,6 +120,11 @@ class OracleLM(LM):
             kw = {**self.options, "negatives": info["negatives"]}
             if self.policy == "strong":
                 self._oracles[task] = Oracle.strong(self.bank, **kw)
+            elif info["split_file"] is None:
+                raise ConfigError(
+                    f"task {task} has no split (exported from an episode file of a split this "
+                    "bank cannot make): the weak oracle needs one; use policy='strong'"
+                )
             else:
                 split = load_split(self.bank, self.folder / info["split_file"])
                 self._oracles[task] = Oracle.weak(self.bank, split, **kw)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from curi.errors import ConfigError, TextFormatError
-from curi.renderers.text import TextRenderer, parse_input
+from curi.renderers.text import TextRenderer, parse_input, scene_text
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "check_answers",
     "parse_prompt",
     "prompt_head",
+    "record_text",
     "scene_texts",
 ]
 
@@ -90,6 +91,21 @@ def scene_texts(bank, ids: Sequence[int], wording: str = "full") -> list[str]:
         " ".join(f"{_CODE[o[3]][o[1]][o[2]][o[0]]}{o[4]}{o[5]}" for o in objs[:n])
         for n, objs in zip(counts, props, strict=True)
     ]
+
+
+def record_text(record: dict, wording: str = "full") -> str:
+    """One scene record (`ConceptBank.scene_records`, or an exported episode's) in a wording."""
+    if wording == "full":
+        return scene_text(record)
+    objs = record["objects"] if isinstance(record, dict) else record
+    try:
+        return " ".join(
+            f"{_SIZE[o['size']]}{_COLOR[o['color']]}{_MATERIAL[o['material']]}{_SHAPE[o['shape']]}"
+            f"{int(o['x'])}{int(o['y'])}"
+            for o in objs
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"the record is not a scene record: {e!r}") from None
 
 
 def prompt_head(support: Sequence[str], labels: Sequence[int], answers: Sequence[str]) -> str:
