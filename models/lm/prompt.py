@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from curi.errors import ConfigError, TextFormatError
-from curi.renderers.text import TextRenderer, parse_input, scene_text
+from curi.renderers.text import parse_input, scene_text
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 
 __all__ = [
@@ -52,12 +52,6 @@ _FROM = {
     "material": {v: k for k, v in _MATERIAL.items()},
     "shape": {v: k for k, v in _SHAPE.items()},
 }
-# compact clause per (size, colour, material, shape) index, as `renderers.text` builds its own
-_CODE = [
-    [[[_SIZE[z] + _COLOR[c] + _MATERIAL[m] + _SHAPE[s] for s in SHAPES] for m in MATERIALS]
-     for c in COLORS]
-    for z in SIZES
-]  # fmt: skip
 
 
 def check_answers(answers: Sequence[str]) -> tuple[str, str]:
@@ -75,22 +69,36 @@ def check_answers(answers: Sequence[str]) -> tuple[str, str]:
     return a[0], a[1]
 
 
+# every object's clause in each wording, by its code (size, colour, material, shape, x, y)
+_OBJECTS = {
+    "full": [
+        f"{z} {c} {m} {s} at ({x}, {y})"
+        for z in SIZES for c in COLORS for m in MATERIALS for s in SHAPES
+        for x in range(9) for y in range(9)
+    ],
+    "compact": [
+        f"{_SIZE[z]}{_COLOR[c]}{_MATERIAL[m]}{_SHAPE[s]}{x}{y}"
+        for z in SIZES for c in COLORS for m in MATERIALS for s in SHAPES
+        for x in range(9) for y in range(9)
+    ],
+}  # fmt: skip
+_JOIN = {"full": "; ", "compact": " "}
+
+
 def scene_texts(bank, ids: Sequence[int], wording: str = "full") -> list[str]:
-    """The text of the bank's scenes `ids` in a wording (``full`` is
-    `curi.renderers.text.TextRenderer.scenes`)."""
-    if wording == "full":
-        return TextRenderer(bank).scenes(ids)
-    if wording != "compact":
+    """The text of the bank's scenes `ids` in a wording (``full``: the text of
+    `curi.renderers.text.scene_text`), one clause table lookup per object."""
+    if wording not in WORDINGS:
         raise ConfigError(f"wording must be one of {WORDINGS}, got {wording!r}")
     ids = np.asarray(ids, np.int64)
     counts = np.asarray(bank.scenes.n_objects)[ids].tolist()
-    props = np.asarray(bank.scenes.props)[
-        ids
-    ].tolist()  # (K, 5, 6): shape, color, material, size, x, y
-    return [
-        " ".join(f"{_CODE[o[3]][o[1]][o[2]][o[0]]}{o[4]}{o[5]}" for o in objs[:n])
-        for n, objs in zip(counts, props, strict=True)
-    ]
+    p = np.asarray(bank.scenes.props)[ids].astype(
+        np.int32
+    )  # (K, 5, 6): shape, color, material, size, x, y
+    code = ((((p[..., 3] * 8 + p[..., 1]) * 2 + p[..., 2]) * 3 + p[..., 0]) * 9 + p[..., 4]) * 9
+    code = (code + p[..., 5]).tolist()  # (K, 5); padding slots are never read
+    table, join = _OBJECTS[wording], _JOIN[wording]
+    return [join.join([table[c] for c in row[:n]]) for n, row in zip(counts, code, strict=True)]
 
 
 def record_text(record: dict, wording: str = "full") -> str:
