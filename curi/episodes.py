@@ -17,14 +17,19 @@ from curi.rng import DerivedStream
 from curi.splits import Split, make_split
 from curi.validate import MAX_EPISODES, choice
 
-__all__ = ["Episode", "EpisodeSampler", "PAPER_SIZES", "NEGATIVES"]
+__all__ = ["Episode", "EpisodeSampler", "PAPER_SIZES", "NEGATIVES", "NEGATIVE_SAMPLERS"]
 
 PAPER_SIZES = {"train": 500_000, "val": 5_000, "test": 20_000}
 NEGATIVES = ("hard", "easy")
 QUERY_NEGATIVES = ("hard", "easy", "random")
+#: How negatives are drawn: ``paper`` (Appendix D, the default) or ``matched`` (the same pools,
+#: each negative with the object count and number of distinct colours of a positive:
+#: docs/fidelity.md, "Shortcut audit")
+NEGATIVE_SAMPLERS = ("paper", "matched")
 _EXACT_MAX_ALTERNATES = 32  # above this, sample the pool by rejection instead of OR-ing rows
 _BATCH = 64  # candidate scenes per rejection round
 _MAX_ROUNDS = 64
+_MATCH_ROUNDS = 8  # rejection rounds of a matched draw before it tests every scene of its key
 _BIT = (1 << np.arange(8)).astype(np.uint8)  # bit s of a row is bit s % 8 of byte s // 8
 
 
@@ -93,6 +98,16 @@ def _distinct(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     return out[:k]
 
 
+def _matched_keys(scenes) -> np.ndarray:
+    """(N,) int64 key of each scene for the ``matched`` sampler: 16 * object count + number of
+    distinct colours."""
+    n = np.asarray(scenes.n_objects).astype(np.int64)
+    color = np.asarray(scenes.props[:, :, 1]).astype(np.int64)  # -1 in padding slots
+    present = np.zeros((len(n), 9), bool)
+    np.put_along_axis(present, color + 1, True, axis=1)
+    return 16 * n + present[:, 1:].sum(1)
+
+
 class EpisodeSampler:
     """Episodes of one subset of a split, built on demand: ``sampler[i]`` is episode i.
 
@@ -115,6 +130,16 @@ class EpisodeSampler:
             subset, index) alone, so hard and easy episodes i share it. False: positives
             first (the original release's order, which hands the answer to an
             order-sensitive model). Oracles and prototypical networks are order-invariant.
+        negative_sampler: `NEGATIVE_SAMPLERS`: ``paper`` (Appendix D: the default) or
+            ``matched``: the same pools (hard: scenes of the alternates; easy: scenes not
+            satisfying h), but negative j has the object count and the number of distinct
+            colours of positive j mod num_positives, so the negatives repeat the positives'
+            values and these statistics (the strongest shortcut `curi audit` finds) say
+            nothing of a scene's label within an episode. When the hard pool lacks scenes of
+            a value, scenes not satisfying h with it fill in; when every scene with it
+            satisfies h (a concept that is the statistic), a scene of the pool whatever its
+            value, or one not satisfying h.
+            The concept and positives of episode i are the same for both.
 
     Raises:
         ConfigError: an unknown option, or a subset without concepts.
@@ -133,8 +158,10 @@ class EpisodeSampler:
         num_negatives: int = 20,
         size: int | None = None,
         shuffle: bool = True,
+        negative_sampler: str = "paper",
     ):
         choice(negatives, "negatives", NEGATIVES)
+        choice(negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
         query_negatives = query_negatives or negatives
         choice(query_negatives, "query_negatives", QUERY_NEGATIVES)
         choice(subset, "subset", PAPER_SIZES)
@@ -167,6 +194,13 @@ class EpisodeSampler:
         self._labels = np.r_[
             np.ones(self.num_positives, np.int8), np.zeros(self.num_negatives, np.int8)
         ]
+        self.negative_sampler = negative_sampler
+        if negative_sampler == "matched":
+            self._key = _matched_keys(bank.scenes)
+            self._key_order = np.argsort(self._key, kind="stable")
+            self._key_start = np.searchsorted(
+                self._key[self._key_order], np.arange(self._key.max() + 2)
+            )
 
     def _check_counts(self, num_positives, num_negatives) -> tuple[int, int]:
         """(num_positives, num_negatives), once the bank can supply them: every concept of the
@@ -190,7 +224,8 @@ class EpisodeSampler:
         return (
             f"EpisodeSampler(split={self.split.name!r}, subset={self.subset!r}, "
             f"negatives={self.negatives!r}, seed={self.seed}, size={self.size}, "
-            f"shuffle={self.shuffle})"
+            f"shuffle={self.shuffle}"
+            + (f", negative_sampler={self.negative_sampler!r})" if self._matched else ")")
         )
 
     def __getitem__(self, i: int) -> Episode:
@@ -233,8 +268,14 @@ class EpisodeSampler:
         )
 
     # --- negatives --------------------------------------------------------------------------
+    @property
+    def _matched(self) -> bool:
+        return self.negative_sampler != "paper"
+
     def _negatives(self, kind, h, row, positives, used, rng):
         """(negative ids, alternates) for one set."""
+        if self._matched:
+            return self._matched_negatives(kind, h, row, positives, used, rng)
         if kind == "easy":
             return self._random_not_h(row, used, self.num_negatives, rng), np.zeros(0, np.int64)
         # the concepts true on every positive (`consistent_words` with positives only), but h
@@ -302,3 +343,82 @@ class EpisodeSampler:
                     if len(got) == k:
                         break
         return np.array(got, np.int64)
+
+    # --- negatives matched to the positives' scene statistics (negative_sampler) -------------
+    def _matched_negatives(self, kind, h, row, positives, used, rng):
+        """(negative ids, alternates) for one set: negative j has the `_matched_keys` key of
+        positive j mod num_positives, uniform over the pool's scenes of that key."""
+        row8 = row.view(np.uint8)
+
+        def not_h(cand):
+            return (row8[cand >> 3] & _BIT[cand & 7]) == 0
+
+        alternates, accept = np.zeros(0, np.int64), not_h
+        if kind == "hard":
+            alt_words = np.bitwise_and.reduce(self.bank.truth_by_scene[positives], 0)
+            alt_words[h >> 6] &= ~np.uint64(1 << (h & 63))
+            alternates = set_bits(alt_words)
+            by_scene, h_word, h_bit = self.bank.truth_by_scene, h >> 6, np.uint64(1 << (h & 63))
+
+            def accept(cand):
+                rows = by_scene[cand]
+                hit = np.bitwise_or.reduce(rows & alt_words, 1) != 0
+                return hit & ((rows[:, h_word] & h_bit) == 0)
+
+        want = self._key[positives[np.arange(self.num_negatives) % len(positives)]]
+        keys, need = np.unique(want, return_counts=True)
+        seen, got = set(used), []
+        pool = None  # a small pool's scenes, listed once
+        if 0 < len(alternates) <= _EXACT_MAX_ALTERNATES:
+            words = self.bank.truth_words
+            bits = np.bitwise_or.reduce(words[alternates], 0) & ~row
+            pool = set_bits(bits)
+        for k, m in zip(keys.tolist(), need.tolist(), strict=True):
+            ids = self._key_order[self._key_start[k] : self._key_start[k + 1]]
+            if pool is not None:
+                picks = self._draw_distinct(pool[self._key[pool] == k], m, seen, rng)
+            elif len(alternates):
+                picks = self._draw_matching(ids, accept, m, seen, rng)
+            else:
+                picks = []
+            if len(picks) < m:  # easy, or the pool lacks scenes of this key
+                picks += self._draw_matching(ids, not_h, m - len(picks), seen, rng)
+            if len(picks) < m and len(alternates):  # no scene of this key outside h: the pool
+                everywhere = np.arange(self.bank.num_scenes) if pool is None else pool
+                picks += self._draw_any(everywhere, accept, m - len(picks), seen, rng, pool)
+            if len(picks) < m:  # nor in the pool: a random scene not satisfying h
+                picks += self._random_not_h(row, seen, m - len(picks), rng).tolist()
+            seen.update(picks)
+            got += picks
+        return np.array(got, np.int64), alternates
+
+    def _draw_any(self, ids, accept, m, seen, rng, pool) -> list[int]:
+        """Up to m scenes of the hard pool, whatever their key (`pool`: the pool listed)."""
+        if pool is not None:
+            return self._draw_distinct(pool, m, seen, rng)
+        return self._draw_matching(ids, accept, m, seen, rng)
+
+    def _draw_matching(self, ids, accept, m, seen, rng) -> list[int]:
+        """Up to m distinct scenes of `ids` that `accept` passes and `seen` lacks, uniformly:
+        by rejection, then (a sparse pool) by testing every scene of `ids`; `seen` grows."""
+        got: list[int] = []
+        for _ in range(_MATCH_ROUNDS):
+            cand = ids[rng.integers(0, len(ids), size=_BATCH)]
+            for c in cand[accept(cand)].tolist():
+                if c not in seen:
+                    seen.add(c)
+                    got.append(c)
+                    if len(got) == m:
+                        return got
+        ok = np.concatenate(
+            [ids[j : j + 8192][accept(ids[j : j + 8192])] for j in range(0, len(ids), 8192)]
+        )
+        return got + self._draw_distinct(ok, m - len(got), seen, rng)
+
+    @staticmethod
+    def _draw_distinct(ids, m, seen, rng) -> list[int]:
+        """Up to m distinct scenes of `ids` that `seen` lacks, uniformly; `seen` grows."""
+        ids = ids[~np.isin(ids, np.fromiter(seen, np.int64, len(seen)))]
+        got = ids[_distinct(rng, len(ids), min(len(ids), m))].tolist()
+        seen.update(got)
+        return got

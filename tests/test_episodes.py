@@ -249,3 +249,67 @@ def test_bit_helpers_against_unpacking():
         np.testing.assert_array_equal(select_bits(row, ranks), where[ranks])
         with pytest.raises(ValueError, match="rank out of range"):
             select_bits(row, [len(where)])
+
+
+# --- negatives matched to the positives (negative_sampler="matched") ---------------------------
+def _within(ids, scenes) -> bool:
+    return set(np.asarray(ids).tolist()) <= set(np.asarray(scenes).tolist())
+
+
+@pytest.mark.parametrize("kind", ["hard", "easy"])
+def test_matched_negatives(tiny_bank, dense, hard, kind):
+    from curi.episodes import _matched_keys
+
+    key = _matched_keys(tiny_bank.scenes)
+    plain = [16 * len(r["objects"]) + len({o["color"] for o in r["objects"]}) for r in
+             tiny_bank.scene_records(np.arange(300))]  # fmt: skip
+    assert key[:300].tolist() == plain
+    s = EpisodeSampler(tiny_bank, "concept_iid", "train", kind, seed=3, negative_sampler="matched")
+    paper = EpisodeSampler(
+        tiny_bank, "concept_iid", "train", kind, seed=3, negative_sampler="paper"
+    )
+    matched = outside_pool = 0
+    for i in range(80):
+        e, p = s[i], paper[i]
+        if kind == "hard":  # "paper" is the default: the pinned episodes
+            np.testing.assert_array_equal(p.query_ids, hard[i].query_ids)
+        h = e.concept
+        _check_set(e.support_ids, e.support_labels, dense[h])  # negatives are still negatives
+        _check_set(e.query_ids, e.query_labels, dense[h])
+        everything = np.r_[e.support_ids, e.query_ids]
+        assert len(set(everything.tolist())) == 50
+        assert e.concept == p.concept  # the same concept and positives as the paper's
+        np.testing.assert_array_equal(e.support_labels, p.support_labels)  # the same order
+        for a, b, y in (
+            (e.support_ids, p.support_ids, e.support_labels),
+            (e.query_ids, p.query_ids, e.query_labels),
+        ):
+            np.testing.assert_array_equal(a[y == 1], b[y == 1])
+        np.testing.assert_array_equal(e.query_alternates, p.query_alternates)
+        negs_so_far = e.support_ids[e.support_labels == 0]
+        sets = (
+            (e.support_ids, e.support_labels, e.support_alternates, negs_so_far),
+            (e.query_ids, e.query_labels, e.query_alternates, everything),
+        )
+        for ids, labels, alts, before in sets:
+            pos, neg = ids[labels == 1], ids[labels == 0]
+            want, got = np.sort(np.tile(key[pos], 4)), np.sort(key[neg])
+            if np.array_equal(want, got):
+                matched += 1
+            else:  # only a key whose scenes outside h are all in the episode already
+                short = [k for k in set(want.tolist()) if (want == k).sum() > (got == k).sum()]
+                for k in short:
+                    assert _within(np.flatnonzero((key == k) & ~dense[h]), everything)
+            if kind == "hard" and len(alts):
+                pool = dense[alts].any(0) & ~dense[h]
+                for n in neg[~pool[neg]].tolist():  # the pool had no scene of its key left
+                    outside_pool += 1
+                    same = key == key[n] if key[n] in key[pos] else True  # else none at all
+                    assert _within(np.flatnonzero(pool & same), before)
+    assert matched >= 150  # of 160 sets
+    assert outside_pool > 0 if kind == "hard" else outside_pool == 0  # a pool short of a key
+
+
+def test_matched_sampler_name_is_checked(tiny_bank):
+    with pytest.raises(ConfigError, match="negative_sampler must be one of"):
+        EpisodeSampler(tiny_bank, "concept_iid", "test", negative_sampler="matched_counts")
