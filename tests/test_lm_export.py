@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_curi
 
 from curi.errors import BankError, ConfigError, TextFormatError
 from curi.executor import BitScenes, execute
@@ -118,17 +117,21 @@ def test_prompt_lengths_and_a_context_too_short(folder):
         check_context(folder, words, 50)
 
 
-def test_readme_export_command_runs(tiny_bank_dir, tmp_path):
-    """The README's `curi lm export` line, on the tiny bank (its `lm_eval` line needs a
-    downloaded model: tests/test_lm_models.py runs lm_eval's hf model on a tiny one)."""
+def test_readme_export_command_runs(tiny_bank_dir, tmp_path, monkeypatch, capsys):
+    """The README's `curi lm export` line, on the tiny bank, through the `curi` entry point in
+    this process (its `lm_eval` line needs a downloaded model: tests/test_lm_models.py runs
+    lm-eval's hf model on a tiny one built offline)."""
+    from curi.cli import main
+
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Language models", 1)[1].split("\n## ", 1)[0]
     line = next(x for x in section.splitlines() if x.startswith("curi lm export "))
-    args = line.split()[3:] + ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=2"]
+    args = line.split()[1:] + ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=2"]
     args = [a for a in args if not a.startswith("out=")] + [f"out={tmp_path / 'tasks'}"]
-    r = run_curi("lm", "export", *args, "progress=false", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout[r.stdout.index("{") :])["tasks"] == str(tmp_path / "tasks")
+    monkeypatch.chdir(tmp_path)
+    main([*args, "progress=false"])
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{") :])["tasks"] == str(tmp_path / "tasks")
     manifest = json.loads((tmp_path / "tasks" / "curi_tasks.json").read_text())
     assert all(re.fullmatch(r"curi_\w+_(hard|easy)", t) for t in manifest["tasks"])
     assert all(v["documents"] == 50 for v in manifest["tasks"].values())
