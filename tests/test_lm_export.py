@@ -158,3 +158,11 @@ def test_an_exported_episode_file_gives_the_same_task(tiny_bank, tmp_path, wordi
         assert a == b
     manifest = lm_task.read_manifest(tmp_path / "a")
     assert manifest["tasks"][name]["split_file"] == "curi_concept_iid_split.json"
+
+
+def test_curi_lm_alone_lists_its_subcommands(capsys):
+    from curi.models.lm.cli import lm
+
+    lm(None)
+    out = capsys.readouterr().out
+    assert "lm export " in out and "lm compare " in out and "--help" in out

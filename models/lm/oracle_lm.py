@@ -38,7 +38,7 @@ class SceneIndex:
     """Finds a scene of a bank by its contents (objects' properties and locations, in order):
     the text of a scene names exactly these, and a concept's truth on a scene depends on them
     alone, so the found scene's truth row is the one executing every concept on the parsed
-    record would give (tests/test_lm_oracle.py checks it)."""
+    record would give (tests/test_lm_export.py checks it)."""
 
     def __init__(self, bank):
         self.bank = bank
@@ -47,12 +47,9 @@ class SceneIndex:
         keys = np.ascontiguousarray(
             np.concatenate([n, np.asarray(scenes.props, np.int8).reshape(len(n), -1)], 1)
         )  # (N, 1 + 5 * 6)
-        width = keys.shape[1]
-        raw = keys.tobytes()
-        ids = {}
-        for i in range(len(n) - 1, -1, -1):  # the lowest id of equal scenes wins
-            ids[raw[i * width : (i + 1) * width]] = i
-        self._ids = ids
+        rows = keys.view(np.dtype((np.void, keys.shape[1]))).ravel().tolist()  # N bytes keys
+        # inserted from the last scene down: of equal scenes, the lowest id stays
+        self._ids = dict(zip(rows[::-1], range(len(rows) - 1, -1, -1), strict=True))
 
     def find(self, records: list[dict]) -> np.ndarray:
         """The scene ids of `records` (dicts with ``objects``).
