@@ -368,39 +368,40 @@ class EpisodeSampler:
         want = self._key[positives[np.arange(self.num_negatives) % len(positives)]]
         keys, need = np.unique(want, return_counts=True)
         seen, got = set(used), []
-        pool = None  # a small pool's scenes, listed once
+        pool = None  # the hard pool's scenes, listed when small or when rejection falls short
         if 0 < len(alternates) <= _EXACT_MAX_ALTERNATES:
-            words = self.bank.truth_words
-            bits = np.bitwise_or.reduce(words[alternates], 0) & ~row
-            pool = set_bits(bits)
+            pool = self._list_pool(alternates, row)
         for k, m in zip(keys.tolist(), need.tolist(), strict=True):
             ids = self._key_order[self._key_start[k] : self._key_start[k + 1]]
-            if pool is not None:
-                picks = self._draw_distinct(pool[self._key[pool] == k], m, seen, rng)
-            elif len(alternates):
-                picks = self._draw_matching(ids, accept, m, seen, rng)
-            else:
-                picks = []
+            picks = []
+            if len(alternates) and pool is None:
+                picks = self._draw_matching(ids, accept, m, seen, rng, exact=False)
+                if len(picks) < m:
+                    pool = self._list_pool(alternates, row)
+            if len(alternates) and len(picks) < m:
+                picks += self._draw_distinct(pool[self._key[pool] == k], m - len(picks), seen, rng)
             if len(picks) < m:  # easy, or the pool lacks scenes of this key
                 picks += self._draw_matching(ids, not_h, m - len(picks), seen, rng)
             if len(picks) < m and len(alternates):  # no scene of this key outside h: the pool
-                everywhere = np.arange(self.bank.num_scenes) if pool is None else pool
-                picks += self._draw_any(everywhere, accept, m - len(picks), seen, rng, pool)
+                picks += self._draw_distinct(pool, m - len(picks), seen, rng)
             if len(picks) < m:  # nor in the pool: a random scene not satisfying h
                 picks += self._random_not_h(row, seen, m - len(picks), rng).tolist()
             seen.update(picks)
             got += picks
         return np.array(got, np.int64), alternates
 
-    def _draw_any(self, ids, accept, m, seen, rng, pool) -> list[int]:
-        """Up to m scenes of the hard pool, whatever their key (`pool`: the pool listed)."""
-        if pool is not None:
-            return self._draw_distinct(pool, m, seen, rng)
-        return self._draw_matching(ids, accept, m, seen, rng)
+    def _list_pool(self, alternates, row) -> np.ndarray:
+        """The hard pool's scenes (of some alternate, not of h), ascending: the OR of the
+        alternates' rows, one row at a time (no (alternates, W) copy)."""
+        words = self.bank.truth_words
+        bits = words[alternates[0]].copy()
+        for a in alternates[1:].tolist():
+            bits |= words[a]
+        return set_bits(bits & ~row)
 
-    def _draw_matching(self, ids, accept, m, seen, rng) -> list[int]:
+    def _draw_matching(self, ids, accept, m, seen, rng, *, exact=True) -> list[int]:
         """Up to m distinct scenes of `ids` that `accept` passes and `seen` lacks, uniformly:
-        by rejection, then (a sparse pool) by testing every scene of `ids`; `seen` grows."""
+        by rejection, then (`exact`) by testing every scene of `ids`; `seen` grows."""
         got: list[int] = []
         for _ in range(_MATCH_ROUNDS):
             cand = ids[rng.integers(0, len(ids), size=_BATCH)]
@@ -410,10 +411,9 @@ class EpisodeSampler:
                     got.append(c)
                     if len(got) == m:
                         return got
-        ok = np.concatenate(
-            [ids[j : j + 8192][accept(ids[j : j + 8192])] for j in range(0, len(ids), 8192)]
-        )
-        return got + self._draw_distinct(ok, m - len(got), seen, rng)
+        if not exact:
+            return got
+        return got + self._draw_distinct(ids[accept(ids)], m - len(got), seen, rng)
 
     @staticmethod
     def _draw_distinct(ids, m, seen, rng) -> list[int]:

@@ -46,12 +46,14 @@ def gap(cfg: DictConfig) -> None:
         seed=cfg.seed,
         workers=cfg.workers,
         progress=cfg.progress,
+        negative_sampler=cfg.negative_sampler,
     )
     meta = {
         "bank": f"{bank.path} ({len(bank):,} concepts, {bank.num_scenes:,} scenes)",
         "test episodes per row": f"{cfg.episodes.test:,}",
         "prior": cfg.prior,
         "likelihood": cfg.likelihood,
+        "negative sampler": cfg.negative_sampler,
         "seed": cfg.seed,
     }
     name = f"{bank.path.name} ({len(bank):,} concepts)"
