@@ -41,7 +41,8 @@ def tiny_model(tiny_bank, tmp_path_factory):
     import torch
 
     tasks = tmp_path_factory.mktemp("lm_hf_tasks")
-    export_tasks(tiny_bank, [make_split(tiny_bank, "concept_iid")], tasks, n=2, progress=False)
+    split = make_split(tiny_bank, "concept_iid")
+    export_tasks(tiny_bank, [split], tasks, n=1, wording="compact", progress=False)
     texts = [
         doc_to_text(tasks, d) + " => 0 => 1" for d in read_table(tasks / f"{TASK}.docs.jsonl.gz")
     ]
@@ -50,7 +51,7 @@ def tiny_model(tiny_bank, tmp_path_factory):
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         vocab_size=len(tok),
-        n_positions=2048,
+        n_positions=512,
         n_embd=16,
         n_layer=2,
         n_head=2,
@@ -69,20 +70,20 @@ def test_tiny_hf_model_runs_through_lm_eval(tiny_model, monkeypatch):
         model_args={"pretrained": str(model_dir), "device": "cpu", "dtype": "float32"},
         tasks=[TASK],
         task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
-        batch_size=10,
+        batch_size=25,
         bootstrap_iters=0,
         log_samples=False,
         verbosity="ERROR",
     )
     res = out["results"][TASK]
     assert 0 <= res["cba,none"] <= 1 and 0 < res["ap,none"] <= 1
-    assert out["n-samples"][TASK]["original"] == 50
+    assert out["n-samples"][TASK]["original"] == 25
 
 
 def test_prompt_lengths_in_the_models_tokens_and_its_context(tiny_model):
     tasks, model_dir = tiny_model
-    lengths = check_context(tasks, model_dir, 2048)[TASK]
-    assert 100 < lengths["tokens"]["median"] <= lengths["tokens"]["max"] <= 2048
-    assert lengths["tokens"]["max"] < lengths["chars"]["max"] / 2
+    lengths = check_context(tasks, model_dir, 512)[TASK]
+    assert 50 < lengths["tokens"]["median"] <= lengths["tokens"]["max"] <= 512
+    assert lengths["tokens"]["max"] < lengths["chars"]["max"] / 3
     with pytest.raises(ConfigError, match=f"{TASK}: prompts of up to .* context of 100"):
         check_context(tasks, model_dir, 100)
