@@ -171,10 +171,12 @@ def test_deep_nesting_refused_cleanly(levels, kind):
     ids=["token", "stack", "deep", "parens", "no-lambda", "random"],
 )
 def test_huge_inputs_give_short_messages_quickly(text):
+    """A guard against super-linear parsing (a hang), not a speed target: the inputs take well
+    under a second each on a quiet 2-core host, and the bound leaves room for a busy one."""
     t = time.perf_counter()
     with pytest.raises(ConceptError) as e:
         parse(text)
-    assert time.perf_counter() - t < 5.0
+    assert time.perf_counter() - t < 60.0
     msg = str(e.value)
     assert len(msg) < 600, msg[:300]
 
