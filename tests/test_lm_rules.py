@@ -105,6 +105,20 @@ def test_the_oracle_through_lm_eval_is_exact(folder, task_set, tiny_bank):
     assert _close(got["label,none"], want["label_accuracy"] / 100)
 
 
+def test_the_oracle_is_exact_on_weak_hypotheses_and_asserted_rules_of_a_file(tiny_bank, tmp_path):
+    """Other options of `curi rules`: the weak oracle, easy negatives, rules asserted and asked
+    from a list (one not in the bank, executed), another threshold."""
+    rules = ["x color? blue = lambda S. exists=", *tiny_bank.concepts[5:200:40]]
+    assert rules[0] not in tiny_bank.concepts
+    split = make_split(tiny_bank, "counting")
+    export_rule_tasks_lm(
+        tiny_bank, [split], tmp_path, n=8, progress=False, hypotheses="weak",
+        negatives="easy", rules=rules, rule_rate=1.0, context_rules=2, theta=0.7,
+    )  # fmt: skip
+    got = _evaluate(RuleOracleLM(tiny_bank, tmp_path), tmp_path)["curi_rules_counting"]
+    assert got["exact,none"] == got["qualifier,none"] == 1.0
+
+
 class _Flipped(RuleOracleLM):
     """The oracle with the reply and qualifier of every third prompt (by length) turned:
     replies that contradict the others."""

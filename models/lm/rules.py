@@ -145,6 +145,7 @@ def export_rule_tasks_lm(
     out: str | Path,
     *,
     n: int = 100,
+    subset: str = "test",
     instructions: bool = True,
     max_gen_toks: int = 8,
     progress: bool = True,
@@ -163,7 +164,8 @@ def export_rule_tasks_lm(
     Args:
         instructions: state the answer format in the task's ``description`` (`DESCRIPTION`).
         max_gen_toks: lm-eval's generation limit (the answer is one line, cut at ``\\n``).
-        sampler_options: `curi.tasks.RuleTaskSampler`'s (``subset``, ``negatives``, ``seed``,
+        subset: ``train``, ``val`` or ``test`` (the split's held-out concepts are in test).
+        sampler_options: `curi.tasks.RuleTaskSampler`'s (``negatives``, ``seed``,
             ``hypotheses``, ``theta``, ``rule_rate``, ...).
 
     Returns:
@@ -188,7 +190,7 @@ def export_rule_tasks_lm(
         name = rules_task_name(split.name)
         if name in tasks:
             raise ConfigError(f"two tasks would be named {name}: give the splits distinct names")
-        sampler = RuleTaskSampler(bank, split, size=n, **sampler_options)
+        sampler = RuleTaskSampler(bank, split, subset, size=n, **sampler_options)
         settings = {k: v for k, v in sampler.settings().items() if k not in ("split", "size")}
         contexts, docs, dicts, chars = [], [], [], []
         for i in tqdm(range(n), desc=name, unit="task", disable=not progress):
