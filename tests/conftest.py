@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +48,33 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def start_ddp_ranks(code: str, *args: str, cwd: Path, world: int = 2) -> list[subprocess.Popen]:
+    """Start `world` processes running `code` (``python -c``) as the ranks of one DDP run on
+    this machine, with torchrun's environment, a free port for the gloo rendezvous and one
+    torch thread each (2 cores, several processes). The caller communicates and kills them."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for rank in range(world):
+        env = os.environ | {
+            "OMP_NUM_THREADS": "1",
+            "WORLD_SIZE": str(world),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code, *args],
+                env=env,
+                cwd=cwd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    return procs

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import start_ddp_ranks
 
 from curi.errors import ConfigError
 from curi.models import load_checkpoint, start_runtime
@@ -194,26 +195,8 @@ train(run, run_dir=sys.argv[2], bank=bank, progress=False)
 def test_a_signal_to_one_ddp_process_stops_all_at_one_step(tiny_bank_dir, tmp_path):
     # SIGTERM reaches rank 1 only: the processes agree on the step to stop after (rank 0 saves
     # it), and none waits forever at a collective.
-    port, run_dir = _free_port(), tmp_path / "run"
-    procs = []
-    for rank in (0, 1):
-        env = ENV | {
-            "WORLD_SIZE": "2",
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _STOP_CHILD, str(tiny_bank_dir), str(run_dir)],
-                env=env,
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    run_dir = tmp_path / "run"
+    procs = start_ddp_ranks(_STOP_CHILD, str(tiny_bank_dir), str(run_dir), cwd=tmp_path)
     try:
         _wait_for_training(run_dir, procs[0])
         procs[1].send_signal(signal.SIGTERM)

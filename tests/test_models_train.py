@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import start_ddp_ranks
 from hydra import compose, initialize_config_module
 from torch.utils.data import DataLoader
 
@@ -363,29 +363,8 @@ print(json.dumps(train(run, run_dir=sys.argv[2], bank=bank, progress=False)))
 
 
 def test_two_processes_train_with_ddp_and_rank_0_writes(tiny_bank_dir, tmp_path):
-    with socket.socket() as sock:  # a free port for the gloo rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     run_dir = tmp_path / "run"
-    procs = []
-    for rank in (0, 1):
-        env = os.environ | {
-            "WORLD_SIZE": "2",
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _DDP_CHILD, str(tiny_bank_dir), str(run_dir)],
-                env=env,
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    procs = start_ddp_ranks(_DDP_CHILD, str(tiny_bank_dir), str(run_dir), cwd=tmp_path)
     try:
         outs = [p.communicate(timeout=300) for p in procs]
     finally:
