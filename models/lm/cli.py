@@ -14,11 +14,11 @@ from curi import validate
 from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
 
-__all__ = ["lm", "lm_compare", "lm_export"]
+__all__ = ["lm", "lm_compare", "lm_export", "lm_rules"]
 
 log = logging.getLogger("curi")
 
-_SUBCOMMANDS = ("export", "compare")
+_SUBCOMMANDS = ("export", "compare", "rules")
 
 
 def lm(cfg: DictConfig) -> None:
@@ -96,3 +96,32 @@ def lm_compare(cfg: DictConfig) -> None:
     if cfg.get("out"):
         write_text(Path(cfg.out), json.dumps(rows, indent=1) + "\n")
     print(table)
+
+
+def lm_rules(cfg: DictConfig) -> None:
+    """Write the rule-query tasks of `curi rules` as lm-evaluation-harness generation tasks."""
+    from curi.models.lm.rules import export_rule_tasks_lm
+    from curi.renderers.rules_cli import read_rules
+    from curi.splits import make_split
+
+    _required(cfg, "out", "the task folder to write", "curi lm rules out=DIR")
+    n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
+    tokens = validate.integer(cfg.max_gen_toks, "max_gen_toks", low=1, high=10**4)
+    user_rules = read_rules(cfg.rules) if cfg.rules else None  # before building a bank
+    bank = open_bank_from_config(cfg)
+    one = cfg.get("split")
+    specs = [one] if one is not None else list(cfg.splits)
+    splits = [make_split(bank, OmegaConf.to_container(s, resolve=True) if not isinstance(s, str)
+                         else s) for s in specs]  # fmt: skip
+    path = export_rule_tasks_lm(
+        bank, splits, cfg.out, n=n, instructions=cfg.instructions, max_gen_toks=tokens,
+        progress=cfg.progress, subset=cfg.subset, negatives=cfg.negatives,
+        seed=validate.seed(cfg.seed), hypotheses=cfg.hypotheses, theta=cfg.theta,
+        rule_rate=cfg.rule_rate, kinds=list(cfg.kinds), scene_requests=cfg.scene_requests,
+        rules_per_kind=cfg.rules_per_kind, context_rules=cfg.context_rules,
+        candidates=cfg.candidates, rules=user_rules, prior=cfg.prior, likelihood=cfg.likelihood,
+    )  # fmt: skip
+    tasks = json.loads(path.read_text())["tasks"]
+    docs = {k: v["documents"] for k, v in tasks.items()}
+    report = {"tasks": str(Path(cfg.out)), "manifest": str(path), "documents": docs}
+    print(json.dumps(report, indent=1))
