@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -78,3 +79,26 @@ def start_ddp_ranks(code: str, *args: str, cwd: Path, world: int = 2) -> list[su
             )
         )
     return procs
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_section(title: str) -> str:
+    """The text of the README's section `title` (a ``## `` heading), up to the next one."""
+    text = README.read_text(encoding="utf-8")
+    assert text.count(title) == 1, f"README.md has no single {title!r} section"
+    return text.split(title, 1)[1].split("\n## ", 1)[0]
+
+
+def run_readme_scores(code: str, data_dir: Path, cwd: Path) -> tuple[str, dict]:
+    """Run a README block that ends with a `scores` dict in a fresh Python process, as a user
+    would, with `data_dir` as the curi data folder; returns its stdout and `scores`."""
+    code += "\nimport json\nprint('SCORES=' + json.dumps(scores))\n"
+    env = {**os.environ, "CURI_DATA_DIR": str(data_dir)}
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("SCORES="))
+    return r.stdout, json.loads(line.removeprefix("SCORES="))

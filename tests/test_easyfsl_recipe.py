@@ -5,24 +5,18 @@ fresh process as a user would run it. easyfsl is in the test extra."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from conftest import readme_section, run_readme_scores
+
 SECTION = "## Train your own model"
 MARKER = "<!-- easyfsl recipe: tests/test_easyfsl_recipe.py runs this block -->"
 
 
 def easyfsl_code() -> str:
     """The fenced block right after `MARKER` in the README's own-model section."""
-    text = README.read_text(encoding="utf-8")
-    assert text.count(SECTION) == 1, f"README.md has no single {SECTION!r} section"
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    section = readme_section(SECTION)
     assert section.count(MARKER) == 1, f"expected one {MARKER!r} in {SECTION!r}"
     block = re.match(r"\s*```py(?:thon)?\n(.*?)```", section.split(MARKER, 1)[1], re.S)
     assert block, f"no fenced Python block right after {MARKER!r}"
@@ -32,20 +26,8 @@ def easyfsl_code() -> str:
 def test_the_easyfsl_recipe_trains_and_scores_beside_the_oracles(tiny_bank_dir, tmp_path):
     code = easyfsl_code()
     assert "from easyfsl" in code and "score_model(" in code  # the recipe, not another block
-    code += "\nimport json\nprint('SCORES=' + json.dumps(scores))\n"
     # The tiny bank of the test session is the recipe's `build_bank("tiny")` in this data dir.
-    env = {**os.environ, "CURI_DATA_DIR": str(tiny_bank_dir.parent)}
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    line = next(x for x in r.stdout.splitlines() if x.startswith("SCORES="))
-    scores = json.loads(line.removeprefix("SCORES="))
+    stdout, scores = run_readme_scores(code, tiny_bank_dir.parent, tmp_path)
     assert set(scores) == {"splits", "concepts"}
     assert [row["split"] for row in scores["splits"]] == ["concept_iid", "binding_color"]
     for row in scores["splits"]:
@@ -56,4 +38,4 @@ def test_the_easyfsl_recipe_trains_and_scores_beside_the_oracles(tiny_bank_dir, 
         assert row["map"] > row["map_random"], row  # the easyfsl model learnt something
     assert scores["concepts"] and all(math.isfinite(c["map"]) for c in scores["concepts"])
     assert sum(c["episodes"] for c in scores["concepts"]) == 200  # every episode, by concept
-    assert "concept_iid {'map'" in r.stdout  # the rows the README prints
+    assert "concept_iid {'map'" in stdout  # the rows the README prints

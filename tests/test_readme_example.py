@@ -5,45 +5,25 @@ beside the oracles, in a fresh process as a user would run it."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from conftest import readme_section, run_readme_scores
+
 SECTION = "## Train your own model"
 
 
 def own_model_code() -> str:
     """The one Python block of the README's own-model section."""
-    text = README.read_text(encoding="utf-8")
-    assert text.count(SECTION) == 1, f"README.md has no single {SECTION!r} section"
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    section = section.split("\n### With a few-shot library", 1)[0]  # its own test
+    section = readme_section(SECTION).split("\n### With a few-shot library", 1)[0]  # own test
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 1, f"expected one python block in {SECTION!r}, found {len(blocks)}"
     return blocks[0]
 
 
 def test_own_model_example_trains_and_scores_beside_the_oracles(tiny_bank_dir, tmp_path):
-    # The block as printed, then its result as one JSON line for the test to read.
-    code = own_model_code() + "\nimport json\nprint('SCORES=' + json.dumps(scores))\n"
-    # The tiny bank of the test session is the README's `build_bank("tiny")` in this data dir.
-    env = {**os.environ, "CURI_DATA_DIR": str(tiny_bank_dir.parent)}
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    line = next(x for x in r.stdout.splitlines() if x.startswith("SCORES="))
-    scores = json.loads(line.removeprefix("SCORES="))
+    # The block as printed; the tiny bank of the test session is its `build_bank("tiny")`.
+    stdout, scores = run_readme_scores(own_model_code(), tiny_bank_dir.parent, tmp_path)
     assert set(scores) == {"splits", "concepts"}
     assert [row["split"] for row in scores["splits"]] == ["concept_iid", "binding_color"]
     for row in scores["splits"]:
@@ -52,5 +32,5 @@ def test_own_model_example_trains_and_scores_beside_the_oracles(tiny_bank_dir, t
         assert math.isfinite(row["cba"]) and 0 <= row["cba"] <= 1
         assert row["map"] > row["map_random"], row  # the loop trained something
     assert scores["concepts"] and all(math.isfinite(c["map"]) for c in scores["concepts"])
-    assert "concept_iid {'map'" in r.stdout  # the rows the README prints
+    assert "concept_iid {'map'" in stdout  # the rows the README prints
     assert sorted(p.name for p in tiny_bank_dir.parent.iterdir() if p.is_dir()) == ["tiny"]
