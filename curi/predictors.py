@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from curi.concepts import parse
+from curi.extension_predictors import EXTENSION_PREDICTORS, ExtensionIndex, extension_easiness
 from curi.rng import derive_rng
 from curi.structures import CONTEXTS, PC_ONLY, SIB_ONLY, StructureIndex
 
 __all__ = [
+    "EXTENSIONS",
     "PREDICTORS",
     "VARIANTS",
     "EasinessResult",
@@ -92,6 +94,9 @@ PREDICTORS = {
     "4-LS-frac": VARIANTS["frac"],
 }
 COMBINED = {"cooc-frac+len": "cooc-frac", "4-LS-frac+len": "4-LS-frac"}
+#: CURI extensions from what a learner sees (`curi.extension_predictors`): the test concept's
+#: extension against the training concepts'; they need the bank (``predictor_scores(bank=)``).
+EXTENSIONS = tuple(EXTENSION_PREDICTORS)
 
 
 @dataclass
@@ -207,22 +212,37 @@ def predictor_scores(
     predictors: Sequence[str] | None = None,
     seed: int = 0,
     indexes: _Indexes | None = None,
+    bank=None,
+    extensions: ExtensionIndex | None = None,
 ) -> dict[str, dict[str, EasinessResult]]:
     """Every predictor's easiness of the test concepts of several splits of one concept list.
 
     Args:
         concepts: all concepts (e.g. a bank's).
         splits: ``(name, train indices, test indices)`` triples.
-        predictors: names in `PREDICTORS` or `COMBINED` (default: all).
-        seed: the random predictor's seed.
+        predictors: names in `PREDICTORS`, `COMBINED` or `EXTENSIONS` (default: all, the
+            `EXTENSIONS` only when `bank` is given).
+        seed: the random predictor's seed, and the extension predictors' drawn positives.
+        bank: the `ConceptBank` of `concepts`: the `EXTENSIONS` read its truth bits.
+        extensions: the bank's `ExtensionIndex` when the caller has it (built once otherwise).
 
     Returns:
-        ``{split name: {predictor name: EasinessResult}}``.
+        ``{split name: {predictor name: EasinessResult}}``; ``ext-nn``'s ``hardest`` holds the
+        nearest training concept of each test concept.
+
+    Raises:
+        ValueError: an unknown predictor name, or an extension predictor without `bank`.
     """
-    names = list(predictors or [*PREDICTORS, *COMBINED])
-    unknown = set(names) - set(PREDICTORS) - set(COMBINED)
+    known = [*PREDICTORS, *COMBINED, *EXTENSIONS]
+    names = list(predictors or [*PREDICTORS, *COMBINED, *(EXTENSIONS if bank is not None else ())])
+    unknown = set(names) - set(known)
     if unknown:
-        raise ValueError(f"unknown predictors {sorted(unknown)}; use {[*PREDICTORS, *COMBINED]}")
+        raise ValueError(f"unknown predictors {sorted(unknown)}; use {known}")
+    ext_names = [n for n in names if n in EXTENSIONS]
+    if ext_names and bank is None and extensions is None:
+        raise ValueError(f"predictors {ext_names} read the bank's extensions: pass bank=")
+    if ext_names and extensions is None:
+        extensions = ExtensionIndex.from_bank(bank)
     idx = indexes or _Indexes(concepts)
     lengths = np.array([len(parse(c)) for c in idx.concepts])
     out: dict[str, dict[str, EasinessResult]] = {}
@@ -242,6 +262,12 @@ def predictor_scores(
         for name in [n for n in names if n in COMBINED]:
             length = _length_easiness(lengths, train, test)
             row[name] = EasinessResult((row[COMBINED[name]].easiness + length) / 2)
+        if ext_names:
+            ext = extension_easiness(extensions, train, test, ext_names, seed=seed)
+            for name in ext_names:
+                near = ext.get("nearest") if name == "ext-nn" else None
+                hardest = [] if near is None else [idx.concepts[i] for i in near.tolist()]
+                row[name] = EasinessResult(ext[name], hardest)
         out[split_name] = {n: row[n] for n in names}
     return out
 

@@ -194,6 +194,19 @@ def difficulty(cfg: DictConfig) -> None:
     from curi.models.checkpoint import check_checkpoint_bank, load_checkpoint
     from curi.models.difficulty_report import check_options, difficulty_report, write_report
 
+    def _split_name(split) -> str:
+        """The name of a split as `curi difficulty` takes it: a rule mapping's ``name``, a split
+        file's own name (so a checkpoint trained on that file matches it), else the string."""
+        if isinstance(split, dict):
+            return split["name"]
+        path = Path(split).expanduser()
+        if split.endswith(".json") and path.is_file():
+            try:
+                return json.loads(path.read_text())["name"]
+            except (OSError, ValueError, KeyError, TypeError):
+                return split  # make_split says what is wrong with the file
+        return split
+
     c = OmegaConf.to_container(cfg, resolve=True)
     check_options(episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"])
     bank = open_bank_from_config(cfg)
@@ -202,9 +215,9 @@ def difficulty(cfg: DictConfig) -> None:
     if c.get("checkpoint"):
         ckpt, _ = load_checkpoint(c["checkpoint"])
         sp = ckpt["config"]["split"]
-        name = sp if isinstance(sp, str) else sp["name"]
+        name = _split_name(sp)
         check_checkpoint_bank(ckpt["config"]["bank"], bank)
-        if name not in [s if isinstance(s, str) else s["name"] for s in splits]:
+        if name not in [_split_name(s) for s in splits]:
             splits.append(sp)
         checkpoints[name] = c["checkpoint"]
     report = difficulty_report(

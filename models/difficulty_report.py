@@ -1,8 +1,9 @@
 """The difficulty report (the `curi difficulty` command of `curi.models.cli`): which test
 concepts of a split are hard, predicted from unobserved local structures (Bogin, Gupta and
-Berant 2022) and checked against what the weak oracle (`curi.oracles.difficulty_auc`) and,
-given a checkpoint, a trained model actually do per concept: a per-concept table, the AUC
-table, the per-split correlations and a plot."""
+Berant 2022) and from the concepts' extensions (`curi.extension_predictors`), and checked
+against what the weak oracle (`curi.oracles.difficulty_auc`) and, given a checkpoint, a trained
+model actually do per concept: a per-concept table, the AUC table, the per-split correlations
+and a plot."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from curi.oracles.difficulty_auc import (
 )
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import average_precision_batch
-from curi.predictors import COMBINED, PREDICTORS, predictor_scores
+from curi.predictors import COMBINED, EXTENSIONS, PREDICTORS, predictor_scores
 from curi.splits import Split, make_split
 
 __all__ = [
@@ -186,16 +187,25 @@ def difficulty_report(
     Args:
         splits: split names, rule mappings or `Split`s.
         checkpoints: split name -> checkpoint of a model trained on it.
-        predictors: names of `curi.predictors.PREDICTORS` / `COMBINED` (default: all).
+        predictors: names of `curi.predictors.PREDICTORS` / `COMBINED` / `EXTENSIONS`
+            (default: all).
         episodes: evaluation episodes per test concept.
         max_concepts: score a seeded sample of at most this many test concepts per split.
         threshold: easy = outcome >= threshold (``median``: the split's median).
 
     Returns:
         ``{"rows", "auc_oracle", "auc_model", "auc_exact", "splits", "correlations"}``.
+
+    Raises:
+        ConfigError: an unknown predictor name, bad counts, or checkpoints of splits not
+            scored. SplitError: a split with fewer than two test concepts.
     """
     check_options(episodes=episodes, max_concepts=max_concepts)
-    names = list(predictors or [*PREDICTORS, *COMBINED])
+    known = [*PREDICTORS, *COMBINED, *EXTENSIONS]
+    names = list(predictors or known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"unknown predictors {unknown}; use some of {', '.join(known)}")
     resolved = [s if isinstance(s, Split) else make_split(bank, s) for s in splits]
     checkpoints = dict(checkpoints or {})
     unknown = set(checkpoints) - {s.name for s in resolved}
@@ -209,6 +219,7 @@ def difficulty_report(
         [(s.name, s.train, samples[s.name]) for s in resolved],
         predictors=names,
         seed=seed,
+        bank=bank,
     )
     ev = EvalSet.from_bank(bank)
     div = DivergenceIndex(bank.concepts)
@@ -243,6 +254,9 @@ def difficulty_report(
             for p in ("2-LS", "cooc"):
                 if p in sc:
                     r[f"hard_{p}"] = sc[p].hardest[j]
+            if "ext-nn" in sc:  # the training concept that agrees most with the concept
+                near = sc["ext-nn"].hardest
+                r["nearest_train"] = near[j] if near else ""
             if sc[first].unseen_symbols is not None:
                 r["unseen_symbols"] = bool(sc[first].unseen_symbols[j])
             r["oracle_ap"], r["oracle_cba"] = float(orc["ap"][j]), float(orc["cba"][j])
@@ -359,7 +373,7 @@ def _plot(rows: list[dict], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in ("2-LS", "cooc-frac", "length") if f"{EASY}{k}" in rows[0]]
+    keys = [k for k in ("2-LS", "length", "ext-nn", "ext-neg") if f"{EASY}{k}" in rows[0]]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5), squeeze=False)
     splits = sorted({r["split"] for r in rows})
     for ax, k in zip(axes[0], keys, strict=True):

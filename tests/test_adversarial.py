@@ -81,3 +81,44 @@ def test_bad_options(tiny_bank):
         make_split(tiny_bank, {"name": "adv", "rule": "adversarial", "max_easiness": 0.0})
     with pytest.raises(SplitError, match="pick"):
         make_split(tiny_bank, {"name": "adv", "rule": "adversarial", "pick": 10**6, **LOOSE})
+
+
+def test_by_extensions_holds_out_the_hardest_groups(tiny_bank):
+    from curi.extension_predictors import ExtensionIndex, leave_group_out
+    from curi.splits.adversarial import extension_split
+
+    opt = AdversarialOptions(by="extensions", max_test_fraction=0.2, min_test=1)
+    index = ExtensionIndex.from_bank(tiny_bank, sample_scenes=512)
+    sp = extension_split(tiny_bank, name="advx", options=opt, index=index)
+    easy = leave_group_out(index, "ext-neg", draws=opt.draws)
+    groups = np.asarray(tiny_bank.groups)
+    assert 0 < len(sp.test) <= 0.2 * len(tiny_bank) and sp.info["predictor"] == "ext-neg"
+    assert not set(groups[sp.train]) & set(groups[sp.test])  # no synonym on both sides
+    assert _symbols(tiny_bank, sp.test) <= _symbols(tiny_bank, sp.train)
+    # plain: hardest groups first, skipping a group when the share or a symbol forbids it
+    order = sorted(set(groups.tolist()), key=lambda g: (easy[groups == g][0], g))
+    test, cap = set(), int(0.2 * len(tiny_bank))
+    for g in order:
+        members = np.flatnonzero(groups == g).tolist()
+        if len(test) + len(members) > cap:
+            continue
+        train = [c for c in range(len(tiny_bank)) if c not in test and c not in members]
+        if not _symbols(tiny_bank, members) <= _symbols(tiny_bank, train):
+            continue
+        test.update(members)
+    assert sorted(test) == sp.test.tolist()
+    assert easy[sp.test].mean() < easy[sp.train].mean()
+    again = make_split(tiny_bank, {"name": "advx", "rule": "adversarial", "by": "extensions"})
+    assert again.info["by"] == "extensions" and len(again.test) > 0
+
+
+def test_by_extensions_bad_options(tiny_bank):
+    rule = {"name": "adv", "rule": "adversarial"}
+    with pytest.raises(SplitError, match="by must be one of structures, extensions"):
+        make_split(tiny_bank, {**rule, "by": "nope"})
+    with pytest.raises(SplitError, match="predictor must be one of ext-neg"):
+        make_split(tiny_bank, {**rule, "by": "extensions", "predictor": "ext-nn"})
+    with pytest.raises(SplitError, match="draws must be an integer >= 1"):
+        make_split(tiny_bank, {**rule, "by": "extensions", "draws": 0})
+    with pytest.raises(SplitError, match="only 0 concepts could be held out"):
+        make_split(tiny_bank, {**rule, "by": "extensions", "max_test_fraction": 0.0001})

@@ -190,3 +190,21 @@ def test_fewer_than_three_splits_say_why_there_is_no_correlation(tiny_bank, tmp_
     assert "needs at least 3 splits; this report has 2 (boolean, extrinsic)" in section
     assert "nan" not in section and "| -D_C |" not in section
     assert len(report["correlations"]) == 2  # difficulty.json keeps them
+
+
+def test_unknown_predictor_is_one_clear_error(tiny_bank):
+    with pytest.raises(
+        ConfigError, match=r"unknown predictors \['ext-nope'\]; use some of .*ext-neg"
+    ):
+        difficulty_report(tiny_bank, ["boolean"], predictors=["2-LS", "ext-nope"], episodes=1)
+
+
+def test_report_has_the_extension_predictors_and_the_nearest_training_concept(tiny_bank):
+    names = ["2-LS", "ext-nn", "ext-neg"]
+    report = difficulty_report(tiny_bank, ["boolean"], predictors=names, max_concepts=4, episodes=1)
+    rows = report["rows"]
+    assert all(0 <= r["easiness_ext-neg"] <= 1 for r in rows)
+    assert all(r["nearest_train"] in tiny_bank.concepts for r in rows)
+    train = set(make_split(tiny_bank, "boolean").train.tolist())
+    assert all(tiny_bank.concepts.index(r["nearest_train"]) in train for r in rows)
+    assert {r["predictor"] for r in report["auc_oracle"]} == set(names)

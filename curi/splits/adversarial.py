@@ -5,7 +5,12 @@ lowest similarity threshold that keeps the split valid; keep the hard ones by me
 Choices where the paper is silent (options, see `AdversarialOptions`): the symbol similarity
 comes from all the bank's concepts; the test share counts concepts (not templates); a training
 concept with a synonym among the test concepts is dropped (a synonym is the same concept in
-other words); splits with fewer than `min_test` concepts are not kept."""
+other words); splits with fewer than `min_test` concepts are not kept.
+
+A CURI extension, ``by: extensions``, holds out instead the concepts that an extension predictor
+(`curi.extension_predictors`, ``ext-neg`` by default) calls hardest when every other synonym
+group is in training, whole synonym groups at a time, hardest first, up to the test share,
+skipping a group whose removal would leave a symbol with no training concept."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import numpy as np
 from scipy import sparse
 
 from curi.errors import SplitError
+from curi.extension_predictors import ExtensionIndex, leave_group_out
 from curi.predictors import VARIANTS, _score
 from curi.rng import derive_rng
 from curi.splits.base import Split, finish
@@ -24,7 +30,10 @@ from curi.splits.rules import register_split_rule
 from curi.splits.spec import SplitSpec
 from curi.structures import StructureIndex, symbol_similarity
 
-__all__ = ["AdversarialOptions", "adversarial_splits"]
+__all__ = ["AdversarialOptions", "adversarial_splits", "extension_split"]
+
+BY = ("structures", "extensions")
+EXTENSION_RANKERS = ("ext-neg", "ext-left", "ext-pos")
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +59,11 @@ class AdversarialOptions:
             a threshold of 1 already holds out every colour).
         save_dir: when set, every kept split is written there (``<name>-<k>.json``,
             `Split.save`), so each can be reused with the ``file`` rule.
+        by: ``structures`` (the paper's rule above) or ``extensions`` (a CURI extension: the
+            hardest concepts by `predictor`, up to `max_test_fraction`; `variant`, `half`,
+            `max_easiness`, `top`, `pick`, `exact_fallback` and `save_dir` do not apply).
+        predictor: with ``by: extensions``, ``ext-neg``, ``ext-left`` or ``ext-pos``.
+        draws: with ``by: extensions``, draws of five positives per synonym group.
     """
 
     variant: str = "all"
@@ -61,8 +75,22 @@ class AdversarialOptions:
     pick: int = 0
     exact_fallback: bool = True
     save_dir: str | None = None
+    by: str = "structures"
+    predictor: str = "ext-neg"
+    draws: int = 2
 
     def __post_init__(self) -> None:
+        if self.by not in BY:
+            raise SplitError(
+                f"rule adversarial: by must be one of {', '.join(BY)}, got {self.by!r}"
+            )
+        if self.predictor not in EXTENSION_RANKERS:
+            raise SplitError(
+                f"rule adversarial: predictor must be one of {', '.join(EXTENSION_RANKERS)}, "
+                f"got {self.predictor!r}"
+            )
+        if isinstance(self.draws, bool) or not isinstance(self.draws, int) or self.draws < 1:
+            raise SplitError(f"rule adversarial: draws must be an integer >= 1, got {self.draws!r}")
         if self.variant not in ("all", "nosib"):
             raise SplitError(
                 f"rule adversarial: variant must be all or nosib, got {self.variant!r}"
@@ -181,10 +209,80 @@ def adversarial_splits(
     return out
 
 
+def extension_split(
+    bank,
+    *,
+    name: str = "adversarial",
+    options: AdversarialOptions | None = None,
+    val: str = "same_as_test",
+    val_fraction: float = 0.25,
+    seed: int = 0,
+    index: ExtensionIndex | None = None,
+) -> Split:
+    """The ``by: extensions`` split (module docstring): the hardest synonym groups by the
+    options' predictor, each scored with every other group in training, held out hardest first
+    while the test share stays at most `max_test_fraction` and every symbol keeps a training
+    concept. `Split.info` holds the predictor, the test share and the test concepts' mean
+    easiness (as ranked, every other group in training).
+
+    Raises:
+        SplitError: fewer than `min_test` concepts could be held out.
+    """
+    opt = options or AdversarialOptions(by="extensions")
+    index = index or ExtensionIndex.from_bank(bank)
+    easy = leave_group_out(index, opt.predictor, seed=seed, draws=opt.draws)
+    groups = np.asarray(bank.groups)
+    h = len(bank)
+    tokens = [set(c.split()) for c in bank.concepts]
+    symbols = sorted(set().union(*tokens))
+    sym_id = {x: i for i, x in enumerate(symbols)}
+    uses = np.zeros((h, len(symbols)), np.int64)
+    for c, toks in enumerate(tokens):
+        uses[c, [sym_id[x] for x in toks]] = 1
+    in_train = uses.sum(0)  # training concepts using each symbol
+    members = {int(g): np.flatnonzero(groups == g) for g in np.unique(groups)}
+    _, first = np.unique(groups, return_index=True)
+    order = first[np.lexsort((groups[first], easy[first]))]  # hardest first, ties by group
+    test = np.zeros(h, bool)
+    max_test = int(opt.max_test_fraction * h)
+    for c in order.tolist():
+        m = members[int(groups[c])]
+        if test.sum() + len(m) > max_test:
+            continue
+        left = in_train - uses[m].sum(0)
+        if (left[uses[m].any(0)] == 0).any():  # a symbol would have no training concept
+            continue
+        in_train, test[m] = left, True
+    if test.sum() < max(opt.min_test, 1):
+        raise SplitError(
+            f"split {name!r}: only {int(test.sum())} concepts could be held out by "
+            f"{opt.predictor}; raise max_test_fraction or lower min_test"
+        )
+    sp = finish(name, bank, ~test, test, val=val, val_fraction=val_fraction, seed=seed)
+    info = {
+        "by": "extensions",
+        "predictor": opt.predictor,
+        "test_fraction": round(len(sp.test) / h, 4),
+        "mean_easiness": round(float(easy[sp.test].mean()), 4),
+        "bank_mean_easiness": round(float(easy.mean()), 4),
+    }
+    return Split(sp.name, sp.train, sp.val, sp.test, sp.dropped, info)
+
+
 @register_split_rule("adversarial", options=AdversarialOptions)
 def adversarial(spec: SplitSpec, bank) -> Split:
-    """The `pick`-th hardest adversarial split; every kept one written to `save_dir` if set."""
+    """The `pick`-th hardest adversarial split; every kept one written to `save_dir` if set
+    (``by: extensions``: the one split of `extension_split`)."""
     opt = spec.options
+    if opt.by == "extensions":
+        return extension_split(
+            bank,
+            name=spec.name,
+            options=opt,
+            val=spec.val,
+            val_fraction=spec.val_fraction,
+            seed=spec.seed,
+        )
     splits = adversarial_splits(
         bank,
         name=spec.name,
