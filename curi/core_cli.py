@@ -141,6 +141,7 @@ def episodes(cfg: DictConfig) -> None:
         n=cfg.n,
         negatives=cfg.negatives,
         query_negatives=cfg.query_negatives,
+        negative_sampler=cfg.negative_sampler,
         seed=cfg.seed,
         shard_size=cfg.shard_size,
         progress=cfg.progress,

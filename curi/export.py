@@ -444,6 +444,7 @@ def export_episodes(
     n: int,
     negatives: str = "hard",
     query_negatives: str | None = None,
+    negative_sampler: str = "paper",
     seed: int = 0,
     shard_size: int = 10_000,
     progress: bool = True,
@@ -507,7 +508,14 @@ def export_episodes(
     from tqdm import tqdm
 
     sampler = EpisodeSampler(
-        bank, split, subset, negatives, seed=seed, query_negatives=query_negatives, size=n
+        bank,
+        split,
+        subset,
+        negatives,
+        seed=seed,
+        query_negatives=query_negatives,
+        size=n,
+        negative_sampler=negative_sampler,
     )
     if media is not None and workers is not None:
         workers = min(workers, n)  # no more processes than episodes
@@ -532,6 +540,8 @@ def export_episodes(
             "media": media.suffix if media is not None else None,
             "files": files,
         }
+        if negative_sampler != "paper":  # (the paper's cards stay as they were)
+            meta["negative_sampler"] = negative_sampler
         card = write_text(_card_path(out), _card_text(meta, bank, split, written))
         _publishing(out).unlink(missing_ok=True)
         if min(jobs, n) > 1:
@@ -571,13 +581,15 @@ def _run_export_jobs(
         "jobs": min(jobs, sampler.size),
         "media": _media_key(media),
     }
+    if sampler.negative_sampler != "paper":
+        settings["negative_sampler"] = sampler.negative_sampler
     parts = plan_parts(parts_folder(out, settings), sampler.size, jobs)
     if launcher is None:
         launcher = Launcher("basic", threads=threads)
     if launcher.folder is None:
         launcher = dataclasses.replace(launcher, folder=staging_folder(out))
     args = (sampler.bank, split, sampler.subset, sampler.negatives, sampler.query_negatives)
-    args += (sampler.seed, sampler.size, media)
+    args += (sampler.seed, sampler.size, media, sampler.negative_sampler)
 
     def job(part: Part) -> Job:
         return Job(f"{out.name}:{part.name}", _export_range, (*args, part))
@@ -587,12 +599,28 @@ def _run_export_jobs(
 
 
 def _export_range(
-    bank, split, subset, negatives, query_negatives, seed, n, media, part: Part
+    bank,
+    split,
+    subset,
+    negatives,
+    query_negatives,
+    seed,
+    n,
+    media,
+    negative_sampler,
+    part: Part,
 ) -> int:
     """A job of a sharded export: episodes ``part.start..part.stop-1`` written as `part`,
     their files rendered in this process (with the torch threads the launcher set)."""
     sampler = EpisodeSampler(
-        bank, split, subset, negatives, seed=seed, query_negatives=query_negatives, size=n
+        bank,
+        split,
+        subset,
+        negatives,
+        seed=seed,
+        query_negatives=query_negatives,
+        size=n,
+        negative_sampler=negative_sampler,
     )
     episodes = (sampler[i] for i in range(part.start, part.stop))
     with contextlib.closing(_items(episodes, media, 1, None)) as items:

@@ -17,7 +17,7 @@ from curi import validate
 from curi.bank import ConceptBank
 from curi.bits import unpack_rows
 from curi.divergence import bank_index
-from curi.episodes import NEGATIVES, EpisodeSampler
+from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, EpisodeSampler
 from curi.errors import ConfigError
 from curi.machine import available_cores
 from curi.oracles.eval_set import EvalSet
@@ -73,6 +73,7 @@ def score_split(
     seed: int,
     progress: bool = False,
     per_episode: bool = False,
+    negative_sampler: str = "paper",
 ) -> dict:
     """Strong, weak, random and prior-only oracle metrics on `episodes` test episodes of one
     split; with `per_episode`, the row also holds ``episode_ap``: ``{"strong", "weak",
@@ -80,7 +81,9 @@ def score_split(
     `curi eval`). The prior-only oracle's scores are the same in every episode: its AP is
     computed once per concept, its query scores once per scene."""
     t0 = time.perf_counter()
-    sampler = EpisodeSampler(bank, split, "test", negatives, seed=seed, size=episodes)
+    sampler = EpisodeSampler(
+        bank, split, "test", negatives, seed=seed, size=episodes, negative_sampler=negative_sampler
+    )
     kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
     strong = Oracle.strong(bank, **kw)
     same = len(split.train) == len(bank)  # instance IID: the weak oracle is the strong one
@@ -203,6 +206,7 @@ def compositionality_gap(
     divergences: bool = True,
     workers: int = 0,
     progress: bool = True,
+    negative_sampler: str = "paper",
 ) -> list[dict]:
     """The gap table: one row per (split, negatives) with the keys of `ROW_KEYS` (and more).
 
@@ -216,6 +220,8 @@ def compositionality_gap(
         divergences: also compute DBCA atom / compound divergences per split.
         workers: processes (0: one per CPU core).
         progress: show progress bars.
+        negative_sampler: how negatives are drawn (`curi.episodes.NEGATIVE_SAMPLERS`:
+            ``paper``, or ``matched`` to the positives' object counts and distinct colours).
 
     Raises:
         ConfigError: episodes outside [1, `MAX_GAP_EPISODES`], a negative number of workers,
@@ -236,6 +242,7 @@ def compositionality_gap(
         )
     for neg in negatives:
         validate.choice(neg, "negatives", NEGATIVES)
+    validate.choice(negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
     resolved = {}
     for s in splits:
         sp = s if isinstance(s, Split) else make_split(bank, s)
@@ -245,6 +252,7 @@ def compositionality_gap(
     ev = EvalSet.from_bank(bank)
     log.info("evaluation set: %d scenes (%.1f s)", len(ev), time.perf_counter() - t)
     opts = {"episodes": episodes, "prior": prior, "likelihood": likelihood, "seed": seed}
+    opts["negative_sampler"] = negative_sampler
     workers = min(workers or available_cores(), len(keys))
     rows = _run_jobs(_GapJobs(bank, ev, resolved, opts), keys, workers, progress)
     if divergences:
