@@ -185,10 +185,10 @@ def choices() -> dict[str, tuple]:
     option: the library's own tables, so that a misspelt value is refused before a bank opens
     rather than in a worker or after the work."""
     from curi.compounds import COMPOUND_KINDS
-    from curi.episodes import NEGATIVES, QUERY_NEGATIVES
+    from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, QUERY_NEGATIVES
     from curi.export import list_media
     from curi.posterior import LIKELIHOODS, PRIORS
-    from curi.predictors import COMBINED, PREDICTORS
+    from curi.predictors import COMBINED, EXTENSIONS, PREDICTORS
     from curi.splits.base import SUBSETS
     from curi.tasks.replies import RULE_KINDS
     from curi.tasks.sampler import HYPOTHESES
@@ -199,12 +199,13 @@ def choices() -> dict[str, tuple]:
         "likelihood": LIKELIHOODS,
         "negatives": NEGATIVES,
         "query_negatives": QUERY_NEGATIVES,
+        "negative_sampler": NEGATIVE_SAMPLERS,
         "subset": SUBSETS,
         "hypotheses": HYPOTHESES,
         "kinds": RULE_KINDS,
         "mcd.compounds": COMPOUND_KINDS,
         "media": tuple(list_media()),
-        "predictors": (*PREDICTORS, *COMBINED),
+        "predictors": (*PREDICTORS, *COMBINED, *EXTENSIONS),
         "threshold": ("median", "pooled_median", float),
     }
 

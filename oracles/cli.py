@@ -26,7 +26,7 @@ log = logging.getLogger("curi")
 
 
 def gap(cfg: DictConfig) -> None:
-    """Compositionality gap of every split (strong/weak/random oracles, D_A, D_C)."""
+    """Compositionality gap of every split (strong/weak/random/prior-only oracles, D_A, D_C)."""
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seed)  # before building a bank
     bank = open_bank_from_config(cfg)
     one = cfg.get("split")  # split=NAME or split=FILE.json: that split instead of splits

@@ -119,6 +119,8 @@ def test_wheel_ships_config_and_no_generic_top_level_package(wheel):
         "curi/models/train.py",
         "curi/oracles/gap.py",
         "curi/renderers/image.py",
+        "curi/models/lm/export.py",
+        "curi/conf/lm_export.yaml",
     ):
         assert needed in names, needed
     sources = {n for n in names if n.endswith(".py")}

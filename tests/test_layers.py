@@ -101,6 +101,14 @@ def test_imports_flow_one_way(module):
     assert not bad, f"{module} (layer {layer}) imports {bad}, a layer above or beside it"
 
 
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_language_model_adapters_import_lm_eval(module):
+    """lm-evaluation-harness is an extra (`curi[lm]`): the rest of curi runs without it."""
+    names = imported(module, MODULES[module])
+    if not _is_under(module, "curi.models.lm"):
+        assert not any(_is_under(n, "lm_eval") for n in names), f"{module} imports lm_eval"
+
+
 def test_the_rule_sees_imports_inside_functions(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from omegaconf import OmegaConf\n    from . import core_cli\n")
