@@ -20,7 +20,7 @@ from pathlib import Path
 
 from curi.atomic import atomic_path, write_text
 from curi.errors import ConfigError
-from curi.models.lm.task import FORMAT, check_manifest, read_table
+from curi.models.lm.task import FORMAT, read_manifest, read_table
 
 __all__ = [
     "DESCRIPTION",
@@ -247,28 +247,15 @@ def export_rule_tasks_lm(
     return path
 
 
-@lru_cache(maxsize=16)
-def _manifest(folder: str, stamp: int) -> dict:
-    return json.loads((Path(folder) / MANIFEST).read_text())
-
-
 def read_rules_manifest(folder: str | Path, bank=None) -> dict:
     """The manifest of a rule task folder, checked against this curi and, given `bank`, the
-    bank (`curi.models.lm.task.check_manifest`).
+    bank (`curi.models.lm.task.read_manifest`).
 
     Raises:
         ConfigError: no manifest, or one of another curi version; BankError: another bank.
     """
-    path = Path(folder) / MANIFEST
-    try:
-        manifest = _manifest(str(Path(folder).resolve()), path.stat().st_mtime_ns)
-    except (OSError, ValueError) as e:
-        raise ConfigError(
-            f"{folder} is not a curi rule task folder (no readable {MANIFEST}: {e}); "
-            "write one with `curi lm rules out=DIR`"
-        ) from None
-    check_manifest(manifest, folder, bank)
-    return manifest
+    what, command = "rule task folder", "curi lm rules out=DIR"
+    return read_manifest(folder, bank, name=MANIFEST, what=what, command=command)
 
 
 @lru_cache(maxsize=64)

@@ -43,25 +43,34 @@ def read_table(path: Path) -> list[dict]:
 
 
 @lru_cache(maxsize=16)
-def _manifest(folder: str, stamp: int) -> dict:
-    return json.loads((Path(folder) / MANIFEST).read_text())
+def _manifest(path: str, stamp: int) -> dict:
+    return json.loads(Path(path).read_text())
 
 
-def read_manifest(folder: str | Path) -> dict:
-    """The manifest of a task folder, checked against this curi (`check_manifest`).
+def read_manifest(
+    folder: str | Path,
+    bank=None,
+    *,
+    name: str = MANIFEST,
+    what: str = "task folder",
+    command: str = "curi lm export out=DIR",
+) -> dict:
+    """The manifest `name` of a task folder (read once per change of the file), checked
+    against this curi and, given `bank`, the bank (`check_manifest`); `what` and `command` name
+    the folder and the command that writes one in the error.
 
     Raises:
-        ConfigError: no manifest, or one written by another curi version.
+        ConfigError: no manifest, or one written by another curi version; BankError: another
+            bank.
     """
-    path = Path(folder) / MANIFEST
+    path = Path(folder) / name
     try:
-        manifest = _manifest(str(Path(folder).resolve()), path.stat().st_mtime_ns)
+        manifest = _manifest(str(path.resolve()), path.stat().st_mtime_ns)
     except (OSError, ValueError) as e:
         raise ConfigError(
-            f"{folder} is not a curi task folder (no readable {MANIFEST}: {e}); "
-            "write one with `curi lm export out=DIR`"
+            f"{folder} is not a curi {what} (no readable {name}: {e}); write one with `{command}`"
         ) from None
-    check_manifest(manifest, folder)
+    check_manifest(manifest, folder, bank)
     return manifest
 
 
