@@ -32,7 +32,10 @@ def _rate(n: int, fn, repeats: int, sync=lambda: None) -> dict:
     return {"scenes_per_s_wall": round(n / wall, 1), "scenes_per_s_cpu_time": round(n / cpu, 1)}
 
 
-def _cuda(args, reference: torch.Tensor) -> dict | str:
+def _cuda(args, ref_records: list, reference: torch.Tensor) -> dict | str:
+    """The CUDA path's rate on a batch of `gpu_batch` scenes, and its largest difference from
+    `reference`, the CPU rendering of `ref_records` (the same scenes: a sample of another size
+    is other scenes, not a prefix)."""
     if not torch.cuda.is_available():
         return "not measured: no CUDA"
     gpu = SoundRenderer(device="cuda")
@@ -40,7 +43,7 @@ def _cuda(args, reference: torch.Tensor) -> dict | str:
     packed = pack_records(recs)
     out = _rate(len(recs), lambda: gpu.render_packed(packed), args.repeats, torch.cuda.synchronize)
     out.pop("scenes_per_s_cpu_time")  # host time of a GPU call says little
-    diff = (gpu.render(recs[: len(reference)]).data.cpu() - reference).abs().max()
+    diff = (gpu.render(ref_records).data.cpu() - reference).abs().max()
     out.update(
         batch=args.gpu_batch, device=torch.cuda.get_device_name(), max_abs_diff_vs_cpu=float(diff)
     )
@@ -73,7 +76,7 @@ def main() -> None:
     res["max_abs_diff_torch_cpu_vs_numpy"] = (
         float((tch.render(recs).data - ref).abs().max()) if ref_name == "the numpy path" else None
     )
-    res["cuda"] = _cuda(args, ref)
+    res["cuda"] = _cuda(args, recs, ref)
     res["cuda_reference"] = ref_name
     print(json.dumps(res, indent=2))
     write_section("sound", _markdown(res, args), doc=args.doc)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _report import machine, write_section
+from _report import DOC, machine, write_section
 
 POOLERS = ("avg", "concat", "relation_net", "transformer")
 
@@ -33,6 +33,7 @@ def run(pooling: str, args, tmp: Path) -> dict:
         "bank=tiny",
         "train=tiny",
         f"data_dir={tmp / 'data'}",
+        "build=true",  # the tiny bank is built in the temporary data folder on first use
         f"output_dir={out}",
         f"pooling={pooling}",
         f"modality={args.modality}",
@@ -47,7 +48,9 @@ def run(pooling: str, args, tmp: Path) -> dict:
     if args.render_device:
         cmd.append(f"modality.device={args.render_device}")
     cmd += args.override
-    subprocess.run(cmd, check=True, capture_output=True, cwd=tmp)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    if r.returncode:
+        raise SystemExit(f"curi train ({pooling}) failed:\n{r.stderr[-3000:]}")
     return json.loads((out / "summary.json").read_text())
 
 
@@ -58,6 +61,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--doc", type=Path, default=DOC, help="markdown file to write the section to")
     ap.add_argument("--render-device", default=None, help="modality.device (cpu or cuda)")
     ap.add_argument("--poolers", nargs="+", default=list(POOLERS))
     ap.add_argument("-o", "--override", action="append", default=[], help="curi train override")
@@ -75,7 +79,7 @@ def main() -> None:
         f"{args.render_device or 'cpu'}{', ' + ' '.join(args.override) if args.override else ''})"
         ":\n\n" + "\n".join(rows)
     )
-    write_section(f"train-{args.modality}-{device}", body)
+    write_section(f"train-{args.modality}-{device}", body, doc=args.doc)
 
 
 if __name__ == "__main__":
