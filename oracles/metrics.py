@@ -24,7 +24,6 @@ __all__ = [
     "average_precision_batch",
     "class_balanced_accuracy",
     "class_balanced_accuracy_batch",
-    "fixed_scores_average_precision",
     "oracle_average_precision",
     "oracle_scores",
     "pooled_class_balanced_accuracy",
@@ -381,12 +380,6 @@ class FixedScores:
     def __call__(self, labels: np.ndarray) -> np.ndarray:
         labels = np.asarray(labels, bool).reshape(-1, len(self.scores))
         return np.array([_ap_of_scores(self.scores, y, self.ordered) for y in labels])
-
-
-def fixed_scores_average_precision(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Step-wise AP of one (M,) score vector against each row of (K, M) bool labels (see
-    `FixedScores`, which keeps the sorted scores for later calls)."""
-    return FixedScores(scores)(labels)
 
 
 def _scene_scores(reps: np.ndarray, wg: np.ndarray, m: int) -> np.ndarray:
