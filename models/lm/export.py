@@ -5,7 +5,6 @@ task's episode table, and joined with each query scene by ``doc_to_text``."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import re
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from curi.atomic import atomic_path, write_text
+from curi.atomic import write_text
 from curi.errors import ConfigError
 from curi.models.lm.prompt import (
     DELIMITER,
@@ -25,7 +24,7 @@ from curi.models.lm.prompt import (
     record_text,
 )
 from curi.models.lm.prompt import scene_texts as _scene_texts
-from curi.models.lm.task import FORMAT, MANIFEST
+from curi.models.lm.task import FORMAT, MANIFEST, write_table
 from curi.rng import derive_rng
 
 __all__ = ["GROUP", "export_tasks", "task_name"]
@@ -106,14 +105,6 @@ def _group_yaml(names: Sequence[str]) -> str:
     )
 
 
-def _write_table(path: Path, rows) -> int:
-    """Rows as gzipped JSON lines (fixed mtime: the same rows give the same bytes)."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
-            f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode())
-    return path.stat().st_size
-
-
 def _eval_sample(bank, k: int, seed: int) -> np.ndarray:
     ids = np.asarray(bank.eval_ids, np.int64)
     if not 0 <= k <= len(ids):
@@ -170,8 +161,8 @@ def _write_task(bank, name, eps, *, answers, eval_ids, eval_text, folder) -> dic
                     }
                 )
                 chars.append(len(head) + len(REQUEST) + len(scene))
-    size = _write_table(folder / f"{name}.episodes.jsonl.gz", episodes)
-    size += _write_table(folder / f"{name}.docs.jsonl.gz", docs)
+    size = write_table(folder / f"{name}.episodes.jsonl.gz", episodes)
+    size += write_table(folder / f"{name}.docs.jsonl.gz", docs)
     write_text(folder / f"{name}.yaml", _task_yaml(name, answers, len(eval_ids)))
     c = np.asarray(chars)
     return {

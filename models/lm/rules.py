@@ -9,7 +9,6 @@ functions here."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -18,9 +17,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from curi.atomic import atomic_path, write_text
+from curi.atomic import write_text
 from curi.errors import ConfigError
-from curi.models.lm.task import FORMAT, read_manifest, read_table
+from curi.models.lm.task import FORMAT, read_manifest, read_table, write_table
 
 __all__ = [
     "DESCRIPTION",
@@ -85,14 +84,6 @@ def aggregate_{m}(items):
 def rules_task_name(split: str) -> str:
     """``curi_rules_<split>``, the split's name made a plain identifier."""
     return f"curi_rules_{re.sub(r'[^A-Za-z0-9_]+', '_', split)}"
-
-
-def _write_table(path: Path, rows) -> int:
-    """Rows as gzipped JSON lines (fixed mtime: the same rows give the same bytes)."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
-            f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode())
-    return path.stat().st_size
 
 
 def _task_yaml(name: str, instructions: bool, max_gen_toks: int) -> str:
@@ -212,8 +203,8 @@ def export_rule_tasks_lm(
                      "target": row["target"]}
                 )  # fmt: skip
                 chars.append(len(row["input"]) + len(END))
-        size = _write_table(folder / f"{name}.contexts.jsonl.gz", contexts)
-        size += _write_table(folder / f"{name}.docs.jsonl.gz", docs)
+        size = write_table(folder / f"{name}.contexts.jsonl.gz", contexts)
+        size += write_table(folder / f"{name}.docs.jsonl.gz", docs)
         write_text(folder / f"{name}.yaml", _task_yaml(name, instructions, max_gen_toks))
         split.save(folder / f"{name}_split.json", bank)
         tasks[name] = {

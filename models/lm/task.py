@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from curi.atomic import atomic_path
 from curi.errors import BankError, ConfigError
 from curi.models.lm.prompt import REQUEST
 
@@ -30,6 +31,7 @@ __all__ = [
     "process_results",
     "read_manifest",
     "read_table",
+    "write_table",
 ]
 
 MANIFEST = "curi_tasks.json"
@@ -40,6 +42,15 @@ def read_table(path: Path) -> list[dict]:
     """The rows of a ``.jsonl.gz`` table of a task folder."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+def write_table(path: Path, rows) -> int:
+    """Rows as a ``.jsonl.gz`` table of a task folder (fixed mtime: the same rows give the same
+    bytes); its size in bytes."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+            f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode())
+    return path.stat().st_size
 
 
 @lru_cache(maxsize=16)
