@@ -220,6 +220,19 @@ class EpisodeSampler:
     def __len__(self) -> int:
         return self.size
 
+    @property
+    def prior_cdf(self) -> np.ndarray:
+        """(C,) cumulative prior of the subset's concepts (`concepts` order): episode i draws
+        concept ``concepts[k]`` for the first k with ``prior_cdf[k] > u``, u uniform on [0, 1)
+        (`curi.models.device_sampler` draws the same way on a torch device)."""
+        return self._cum
+
+    @property
+    def scene_keys(self) -> np.ndarray | None:
+        """(N,) the key every scene is matched on by ``negative_sampler="matched"`` (16 x object
+        count + number of distinct colours), None for the paper sampler."""
+        return self._key if self._matched else None
+
     def __repr__(self) -> str:
         return (
             f"EpisodeSampler(split={self.split.name!r}, subset={self.subset!r}, "
