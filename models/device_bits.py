@@ -17,7 +17,7 @@ __all__ = [
     "or_rows",
     "popcount",
     "select_bits",
-    "test_bits",
+    "bits_at",
 ]
 
 _M1, _M2, _M4 = 0x5555555555555555, 0x3333333333333333, 0x0F0F0F0F0F0F0F0F
@@ -44,7 +44,7 @@ def bit_masks(ids: Tensor) -> Tensor:
     return torch.ones_like(ids) << (ids & 63)
 
 
-def test_bits(rows: Tensor, ids: Tensor) -> Tensor:
+def bits_at(rows: Tensor, ids: Tensor) -> Tensor:
     """Bit `ids` of each row: rows (B, W) and ids (B, ...) -> bool (B, ...); ids < 0 are False."""
     safe = ids.clamp(min=0)
     words = torch.gather(rows, 1, (safe >> 6).reshape(len(rows), -1)).reshape(ids.shape)
