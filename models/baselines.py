@@ -219,7 +219,7 @@ def _identity(run: RunConfig, evaluation: Mapping) -> dict:
     d = run.to_dict()
     for k in ("device", "data_dir"):
         d.pop(k)
-    for k in ("num_workers", "log_every", "eval_chunk", "eval_batch_size"):
+    for k in ("num_workers", "log_every", "eval_chunk", "eval_batch_size", "cuda_graph"):
         d["train"].pop(k)
     return {"run": d, "eval": {k: evaluation[k] for k in ("episodes", "seed", "negatives")}}
 

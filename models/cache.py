@@ -20,6 +20,7 @@ from torch import Tensor
 
 from curi.atomic import atomic_path, owner_alive, remove, temporaries, write_text
 from curi.errors import ConfigError
+from curi.models.pipeline import host_ids
 from curi.renderers import Renderer
 from curi.renderers.base import pack_scenes, to_uint8
 
@@ -213,8 +214,8 @@ class CachedScenes:
         self.cache, self.input_shape = cache, tuple(renderer.input_shape)
         self.device = torch.device(device)
 
-    def __call__(self, ids: np.ndarray) -> tuple[Tensor, None]:
-        u8 = torch.from_numpy(self.cache.array[np.asarray(ids, np.int64)])  # (N, *item)
+    def __call__(self, ids: np.ndarray | Tensor) -> tuple[Tensor, None]:
+        u8 = torch.from_numpy(self.cache.array[host_ids(ids)])  # (N, *item)
         if self.device.type == "cuda":
             u8 = u8.pin_memory()
         x = u8.to(self.device, non_blocking=True).float().div_(255.0)

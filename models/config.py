@@ -18,9 +18,11 @@ from curi.models.data import (
     encoder_options,
 )
 from curi.models.protonet import ProtoNet, build_protonet
+from curi.models.schedule import SCHEDULES
 from curi.renderers import Renderer
 
 __all__ = [
+    "SAMPLERS",
     "RunConfig",
     "TrainSettings",
     "build_model",
@@ -43,6 +45,7 @@ _TRAIN_INTS = {
     "eval_batch_size": (1, _MAX_BATCH),
     "eval_chunk": (1, 10**6),
     "num_workers": (0, 256),
+    "warmup_steps": (0, 10**9),
 }
 # Settings that may change when a run is resumed (they do not change what a step computes).
 _RESUMABLE = {
@@ -58,7 +61,12 @@ _RESUMABLE = {
     "channels_last",
     "fused_adam",
     "compile",
+    "cuda_graph",
 }
+#: Where training episodes are drawn (``train.sampler``): ``auto`` (the device on CUDA, the
+#: DataLoader on a CPU), ``loader`` (CPU workers, `EpisodeSampler`) or ``device``
+#: (`curi.models.device_sampler`, on the training device).
+SAMPLERS = ("auto", "loader", "device")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +100,14 @@ class TrainSettings:
             convolutions on tensor cores; image modality only).
         fused_adam: the fused CUDA kernel of Adam (CUDA only; ignored on the CPU).
         compile: `torch.compile` the model (slow first steps, then faster; off by default).
+        sampler: where training episodes are drawn (`SAMPLERS`): ``auto`` is ``device`` on
+            CUDA and ``loader`` on a CPU. The two draw different episodes from the same
+            distribution, so it is part of a run's identity.
+        lr_schedule: ``constant`` (the paper's), ``cosine`` or ``linear`` decay to 0 at
+            `steps` (`curi.models.schedule`).
+        warmup_steps: steps of linear warmup to `lr` (0: none).
+        cuda_graph: capture the whole step in a CUDA graph and replay it (`auto`: on CUDA,
+            for the schema modality, whose shapes are fixed, in one process); true or false.
     """
 
     steps: int = 1000
@@ -120,6 +136,10 @@ class TrainSettings:
     channels_last: bool = False
     fused_adam: bool = True
     compile: bool = False
+    sampler: str = "auto"
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    cuda_graph: bool | str = "auto"
 
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> TrainSettings:
@@ -163,6 +183,12 @@ class TrainSettings:
                 f"train.render_cache must be a folder or null, got {self.render_cache!r}"
             )
         validate.choice(self.amp_dtype, "train.amp_dtype", sorted(_AMP_DTYPES))
+        validate.choice(self.sampler, "train.sampler", SAMPLERS)
+        validate.choice(self.lr_schedule, "train.lr_schedule", SCHEDULES)
+        if self.cuda_graph not in (True, False, "auto"):
+            raise ConfigError(
+                f"train.cuda_graph must be auto, true or false, got {self.cuda_graph!r}"
+            )
 
     def batch_for(self, modality: str) -> int:
         """Episodes per step for `modality`."""
@@ -308,13 +334,20 @@ def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:
 
 def with_new_defaults(saved: Mapping, now: Mapping) -> dict:
     """`saved` (a run config's ``to_dict``, written by an older curi) with the options its
-    modality and pooling lacked added at the value `now` gives them, where that is the
-    preset's default: an option added later (``mask_channel``) does not make an older run
-    look like one made with other settings."""
+    modality, pooling and train settings lacked added at the value `now` gives them, where
+    that is the preset's (or `TrainSettings`') default: an option added later
+    (``mask_channel``, ``train.sampler``) does not make an older run look like one made with
+    other settings."""
     from curi.errors import CuriError
     from curi.presets import load_preset
 
     out = json.loads(json.dumps(saved))
+    old_train, new_train = out.get("train"), now.get("train")
+    if isinstance(old_train, dict) and isinstance(new_train, Mapping):
+        defaults = dataclasses.asdict(TrainSettings())
+        for key, value in new_train.items():  # a train setting added later, at its default
+            if key not in old_train and key in defaults and defaults[key] == value:
+                old_train[key] = value
     for group in ("modality", "pooling"):
         old, new = out.get(group), now.get(group)
         if (
@@ -340,8 +373,15 @@ def check_resumable(saved: RunConfig, now: RunConfig, path: Path) -> None:
     for d in (a, b):
         for k in ("device", "data_dir"):
             d.pop(k)
-        for k in _RESUMABLE:
-            d["train"].pop(k)
+        resumable = (
+            _RESUMABLE
+            if d["train"].get("lr_schedule", "constant") == "constant"
+            else (
+                _RESUMABLE - {"steps"}  # a decaying rate is a function of the number of steps
+            )
+        )
+        for k in resumable:
+            d["train"].pop(k, None)
     diff = sorted(
         [f"train.{k}" for k in a["train"] if a["train"][k] != b["train"].get(k)]
         + [k for k in a if k != "train" and a[k] != b.get(k)]

@@ -21,6 +21,7 @@ from curi.scenes import Scenes
 
 __all__ = [
     "LiveScenes",
+    "host_ids",
     "RenderAhead",
     "SceneSource",
     "compact_batch",
@@ -55,12 +56,20 @@ def compact_batch(
 
 
 class SceneSource(Protocol):
-    """Scene ids -> model inputs: ``(x (N, *input_shape), mask (N, 5) or None)`` on
-    `device`; deterministic, so the same ids give the same tensors."""
+    """Scene ids (a numpy array, or an int64 tensor on any device) -> model inputs:
+    ``(x (N, *input_shape), mask (N, 5) or None)`` on `device`; deterministic, so the same
+    ids give the same tensors."""
 
     device: torch.device
 
-    def __call__(self, ids: np.ndarray) -> tuple[Tensor, Tensor | None]: ...
+    def __call__(self, ids: np.ndarray | Tensor) -> tuple[Tensor, Tensor | None]: ...
+
+
+def host_ids(ids: np.ndarray | Tensor) -> np.ndarray:
+    """Scene ids as an int64 numpy array (a tensor on a GPU is copied to the host)."""
+    if isinstance(ids, Tensor):
+        return ids.cpu().numpy()
+    return np.asarray(ids, np.int64)
 
 
 class LiveScenes:
@@ -75,8 +84,8 @@ class LiveScenes:
         self.scenes, self.renderer = scenes, renderer
         self.device = torch.device(getattr(renderer, "device", "cpu"))
 
-    def __call__(self, ids: np.ndarray) -> tuple[Tensor, Tensor | None]:
-        out = self.renderer.render_packed(pack_scenes(self.scenes, ids))
+    def __call__(self, ids: np.ndarray | Tensor) -> tuple[Tensor, Tensor | None]:
+        out = self.renderer.render_packed(pack_scenes(self.scenes, host_ids(ids)))
         return self.renderer.to_input(out.data), out.mask
 
 
@@ -92,7 +101,7 @@ def render_batch(compact: Mapping[str, Tensor], source: SceneSource) -> dict[str
     ids = compact["ids"]
     b, n = ids.shape
     s = compact["support_labels"].shape[1]
-    x, mask = source(ids.reshape(-1).numpy())
+    x, mask = source(ids.reshape(-1))
     x = x.reshape(b, n, *x.shape[1:])  # (B, S + Q, ...)
     out = {k: v for k, v in compact.items() if k != "ids"}
     out["support"], out["query"] = x[:, :s], x[:, s:]
@@ -108,12 +117,14 @@ def pass_batch(batch: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 class RenderAhead:
-    """Render compact batches in this process as they are asked for (GPU renderers).
+    """Render compact batches in this process as they are asked for (GPU renderers, the
+    device sampler).
 
-    On CUDA, each batch renders on a side stream: the model step of the previous batch, queued
-    on the default stream before the next batch is asked for, runs on the GPU while this
-    thread gathers and renders the next batch (the renderer's own synchronisations wait for the
-    side stream only); the default stream then waits for the side stream before it reads the
+    On CUDA, each batch is made (taken from `batches`, which may draw it on the GPU, as
+    `curi.models.device_batches` does) and rendered on a side stream: the model step of the
+    previous batch, queued on the default stream before the next batch is asked for, runs on
+    the GPU while this thread makes the next one (its own synchronisations wait for the side
+    stream only); the default stream then waits for the side stream before it reads the
     batch. On the CPU it renders in order.
 
     Args:
@@ -130,11 +141,16 @@ class RenderAhead:
         return len(self.batches)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
-        for compact in self.batches:
-            if self.stream is None:
+        if self.stream is None:
+            for compact in self.batches:
                 yield render_batch(compact, self.source)
-                continue
+            return
+        batches = iter(self.batches)
+        while True:
             with torch.cuda.stream(self.stream):
+                compact = next(batches, None)
+                if compact is None:
+                    return
                 batch = render_batch(compact, self.source)
             main = torch.cuda.current_stream(self.stream.device)
             main.wait_stream(self.stream)

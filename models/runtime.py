@@ -1,5 +1,5 @@
 """Where and how a training run executes: the device, the processes of distributed
-data-parallel training under ``torchrun``, mixed precision (AMP) and forked torch RNG state.
+data-parallel training under ``torchrun`` and mixed precision (AMP).
 Training (`curi.models.train`) and evaluation (`curi.models.evaluate`) ask a `Runtime` rather
 than branching on CUDA or on the process count themselves. `StopSignals` turns SIGUSR1 / SIGTERM
 (a scheduler's warning before preemption or the time limit) into a stop at a step that every
@@ -111,15 +111,6 @@ class Runtime:
     def grad_scaler(self) -> torch.amp.GradScaler:
         """A loss scaler, enabled for float16 only (bfloat16 has float32's exponent range)."""
         return torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
-
-    @contextlib.contextmanager
-    def seeded(self, seed: int) -> Iterator[None]:
-        """Run the block with torch's RNG (CPU, and this process's GPU) seeded by `seed`, and
-        restore the caller's RNG state afterwards: library code never moves global state."""
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            yield
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """`model` wrapped in DistributedDataParallel across processes; itself when alone."""

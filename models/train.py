@@ -38,14 +38,16 @@ from curi.models.data import (
     make_renderer,
     renders_on_cuda,
 )
+from curi.models.device_batches import DeviceScenes, device_batches
+from curi.models.device_sampler import DeviceEpisodeSampler
 from curi.models.evaluate import evaluate_episodes
-from curi.models.pipeline import LiveScenes, RenderAhead, pass_batch
-from curi.models.protonet import ProtoNet, ProtoOutput
+from curi.models.pipeline import LiveScenes, RenderAhead, SceneSource, pass_batch
+from curi.models.protonet import ProtoNet
 from curi.models.runtime import Runtime, StopSignals, TrainingStopped, start_runtime
+from curi.models.step import StepOutput, StepRunner
 from curi.oracles.eval_set import EvalSet
 from curi.renderers import Renderer
-from curi.rng import derive_rng
-from curi.splits import make_split
+from curi.splits import Split, make_split
 
 __all__ = ["train", "train_loader"]
 
@@ -62,11 +64,15 @@ def train(
 ) -> dict:
     """Train a prototypical network.
 
-    Step t (0-based) trains on the episodes `StepBatchSampler` gives for t with dropout seeded
-    from (seed, t), so a run resumed from the checkpoint of step t continues exactly like the
-    uninterrupted run. Validation (every ``eval_every`` steps and at the end) measures mAP on
-    the bank's evaluation set and CBA on ``val_episodes`` val episodes; the best checkpoint by
-    val mAP is ``checkpoints/best.pt``. Checkpoints ``checkpoints/step_XXXXXXX.pt`` (and
+    Step t (0-based) trains on the episodes of t, with dropout seeded from (seed, t) and the
+    learning rate of t (``train.lr_schedule``), so a run resumed from the checkpoint of step t
+    continues exactly like the uninterrupted run. The episodes of t come from the pool of
+    ``train_episodes`` episodes that `StepBatchSampler` orders (``train.sampler=loader``,
+    DataLoader workers), or are drawn for t on the training device
+    (``train.sampler=device``, `curi.models.device_sampler`: the default on CUDA); the step
+    runs eager, compiled or replayed from a CUDA graph (`curi.models.step`). Validation (every
+    ``eval_every`` steps and at the end) measures mAP on the bank's evaluation set and CBA on
+    ``val_episodes`` val episodes; the best checkpoint by val mAP is ``checkpoints/best.pt``. Checkpoints ``checkpoints/step_XXXXXXX.pt`` (and
     ``last.pt``) every ``checkpoint_every`` steps and at the end hold the model, optimizer,
     step and ``run.to_dict()``. Under ``torchrun`` (WORLD_SIZE > 1) the model is wrapped in
     DDP, each process takes its own episodes (a step trains on batch size x world size
@@ -160,6 +166,8 @@ class _Fit:
     opt: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     loader: Iterable[dict[str, Tensor]]  # one batch per step
+    step: StepRunner
+    sampler: str  # where the training episodes are drawn: loader or device
     val: EpisodeSampler
     eval_set: EvalSet
     logger: MetricLogger
@@ -192,6 +200,7 @@ class _Fit:
             "best_step": self.state.best_step,
             "val": self.state.last,
             "parameters": self.counts,
+            "sampler": self.sampler,
         }
 
     def save(self, step: int) -> None:
@@ -220,6 +229,8 @@ class _Fit:
             "world_size": world,
             "batch_size": self.batch,
             "episodes_per_step": self.batch * world,
+            "sampler": self.sampler,
+            "step_mode": self.step.mode,
             "weights_sha256": state_digest(self.model.state_dict()),
         }
         if self.rt.is_main:
@@ -255,10 +266,8 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
         _start_clean(run_dir)
     _check_same_start(rt, start, run_dir)
     net = rt.wrap(model)
-    if s.compile:
-        net = torch.compile(net)
     max_len = concept_max_len(bank)
-    pool = EpisodeSampler(bank, split, "train", run.negatives, seed=run.seed, size=s.train_episodes)
+    sampler = resolve_sampler(s.sampler, rt.device)
     workers = _loader_workers(run, renderer, rt)
     cache = None
     if s.render_cache is not None and start < s.steps:  # a finished run renders nothing
@@ -272,7 +281,30 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
                 progress=progress and rt.is_main,
             )
     loader = train_loader(
-        run, rt, pool, batch, start=start, renderer=renderer, max_len=max_len, cache=cache
+        run,
+        rt,
+        bank,
+        split,
+        batch,
+        start=start,
+        renderer=renderer,
+        max_len=max_len,
+        cache=cache,
+        sampler=sampler,
+    )
+    step = StepRunner(
+        model=model,
+        net=net,
+        opt=opt,
+        scaler=scaler,
+        rt=rt,
+        seed=run.seed,
+        lr=lr,
+        schedule=s.lr_schedule,
+        warmup=s.warmup_steps,
+        steps=s.steps,
+        grad_clip=s.grad_clip,
+        mode=_step_mode(s, rt, renderer),
     )
     fit = _Fit(
         run=run,
@@ -284,6 +316,8 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
         opt=opt,
         scaler=scaler,
         loader=loader,
+        step=step,
+        sampler=sampler,
         val=EpisodeSampler(bank, split, "val", run.negatives, seed=run.seed, size=s.val_episodes),
         eval_set=EvalSet.from_bank(bank),
         logger=MetricLogger(
@@ -404,34 +438,66 @@ def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
     return run.train.num_workers
 
 
+def resolve_sampler(sampler: str, device: torch.device) -> str:
+    """``train.sampler`` made concrete: ``auto`` is ``device`` on CUDA, ``loader`` elsewhere."""
+    if sampler == "auto":
+        return "device" if device.type == "cuda" else "loader"
+    return sampler
+
+
+def _step_mode(s, rt: Runtime, renderer: Renderer) -> str:
+    """How steps run: ``compile`` (train.compile), ``graph`` (train.cuda_graph; auto: on
+    CUDA for schema, whose batches have fixed shapes, in one process) or ``eager``."""
+    if s.compile:
+        return "compile"
+    graph = s.cuda_graph
+    if graph == "auto":
+        graph = rt.device.type == "cuda" and renderer.name == "schema" and not rt.distributed
+    return "graph" if graph else "eager"
+
+
 def train_loader(
     run: RunConfig,
     rt: Runtime,
-    pool: EpisodeSampler,
+    bank: ConceptBank,
+    split: Split,
     batch: int,
     *,
     start: int,
     renderer: Renderer,
     max_len: int,
     cache: RenderCache | None = None,
+    sampler: str = "loader",
 ) -> Iterable[dict[str, Tensor]]:
     """The training batches of steps ``start..steps`` for this process, one per step.
 
-    ``train.num_workers`` processes sample the episodes. With a CPU renderer they also render
-    them (a batch at once, `EpisodeBatches`); with a GPU renderer or a render cache they
-    produce compact arrays (scene ids, labels, tokens) and this process renders (or reads)
-    each batch while the previous step runs on the GPU (`RenderAhead`).
+    ``sampler="device"``: each step's episodes are drawn on the training device
+    (`curi.models.device_batches`); schema scenes are rendered once for the bank and held
+    there, image and sound scenes rendered from the drawn ids (``modality.device``, or the
+    render cache).
+
+    ``sampler="loader"``: ``train.num_workers`` processes sample the episodes of the pool of
+    ``train.train_episodes``. With a CPU renderer they also render them (a batch at once,
+    `EpisodeBatches`); with a GPU renderer or a render cache they produce compact arrays
+    (scene ids, labels, tokens) and this process renders (or reads) each batch while the
+    previous step runs on the GPU (`RenderAhead`).
 
     Args:
         run: the run's config.
         rt: this process's runtime (rank, world size, device).
-        pool: the training episodes.
+        bank: the run's bank.
+        split: the run's split.
         batch: episodes per step and process.
         start: the first step.
         renderer: the modality's renderer.
         max_len: width of the concept tokens.
         cache: read scenes from this render cache instead of rendering them.
+        sampler: ``loader`` or ``device`` (`resolve_sampler`).
     """
+    if sampler == "device":
+        return _device_loader(run, rt, bank, split, batch, start, renderer, max_len, cache)
+    s = run.train
+    pool = EpisodeSampler(bank, split, "train", run.negatives, seed=run.seed, size=s.train_episodes)
     in_main = cache is not None or renders_on_cuda(run.modality)
     loader = DataLoader(
         EpisodeBatches(pool, run.modality, max_len=max_len, render=not in_main),
@@ -440,19 +506,40 @@ def train_loader(
             batch,
             seed=run.seed,
             start=start,
-            stop=run.train.steps,
+            stop=s.steps,
             rank=rt.rank,
             world=rt.world_size,
         ),
         collate_fn=pass_batch,
-        num_workers=run.train.num_workers,
+        num_workers=s.num_workers,
         pin_memory=rt.device.type == "cuda",
     )
     if not in_main:
         return loader
+    return RenderAhead(loader, _scene_source(bank, renderer, rt, cache))
+
+
+def _scene_source(bank, renderer: Renderer, rt: Runtime, cache) -> SceneSource:
     if cache is not None:
-        return RenderAhead(loader, CachedScenes(cache, renderer, rt.device))
-    return RenderAhead(loader, LiveScenes(pool.bank.scenes, renderer))
+        return CachedScenes(cache, renderer, rt.device)
+    return LiveScenes(bank.scenes, renderer)
+
+
+def _device_loader(run, rt, bank, split, batch, start, renderer, max_len, cache):
+    drawn = DeviceEpisodeSampler(bank, split, "train", run.negatives, run.seed, device=rt.device)
+    if renderer.name == "schema":
+        source = DeviceScenes(bank.scenes, renderer, rt.device)
+    else:
+        source = _scene_source(bank, renderer, rt, cache)
+        if rt.device.type == "cuda" and source.device.type != "cuda":
+            log.warning(
+                "train.sampler=device: %s scenes render on the CPU in this process; "
+                "modality.device=cuda or train.render_cache renders them faster",
+                renderer.name,
+            )
+    return device_batches(
+        drawn, source, batch, start=start, stop=run.train.steps, rank=rt.rank, max_len=max_len
+    )
 
 
 def _log_start(fit: _Fit, renderer: Renderer) -> None:
@@ -476,37 +563,9 @@ def _log_start(fit: _Fit, renderer: Renderer) -> None:
 
 
 # --- the step loop ---------------------------------------------------------------------------
-def _step_seed(seed: int, step: int) -> int:
-    """Torch seed of one step (dropout): a pure function of (seed, step), so resume is exact."""
-    return int(derive_rng(seed, "torch-step", step).integers(2**62))
-
-
 def _due(done: int, every: int, steps: int) -> bool:
     """Whether something done every `every` steps (and at the end) is due after `done`."""
     return done % every == 0 or done == steps
-
-
-def _train_step(fit: _Fit, cpu_batch: dict[str, Tensor], step: int) -> tuple[ProtoOutput, Tensor]:
-    """One optimisation step: batch to the device, forward (AMP) with dropout seeded from
-    (seed, step), backward, unscale and clip the gradient, Adam.
-
-    Returns:
-        The model's output and the gradient norm before clipping.
-    """
-    rt, s = fit.rt, fit.run.train
-    fit.net.train()
-    batch = rt.to_device(cpu_batch)
-    with rt.seeded(_step_seed(fit.run.seed, step)):
-        with rt.autocast():
-            out = fit.net(batch)
-        fit.opt.zero_grad(set_to_none=True)
-        fit.scaler.scale(out.loss).backward()
-    fit.scaler.unscale_(fit.opt)
-    clip = s.grad_clip if s.grad_clip is not None else math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(fit.model.parameters(), clip)
-    fit.scaler.step(fit.opt)
-    fit.scaler.update()
-    return out, grad_norm
 
 
 class _Window:
@@ -522,12 +581,12 @@ class _Window:
         self.sums = dict.fromkeys(("loss", "query_loss", "concept_loss", "grad_norm"), 0.0)
         self.n, self.t0 = 0, time.perf_counter()
 
-    def add(self, out: ProtoOutput, grad_norm: Tensor) -> None:
+    def add(self, out: StepOutput) -> None:
         self.sums["loss"] += out.loss.detach()
         self.sums["query_loss"] += out.query_loss.detach()
         if out.concept_loss is not None:
             self.sums["concept_loss"] += out.concept_loss.detach()
-        self.sums["grad_norm"] += grad_norm.detach()
+        self.sums["grad_norm"] += out.grad_norm.detach()
         self.n += 1
 
     def means(self, *, concept: bool, episodes_per_step: int) -> dict[str, float]:
@@ -542,11 +601,11 @@ class _Window:
         return vals
 
 
-def _log_train(fit: _Fit, window: _Window, out: ProtoOutput, done: int, bar) -> None:
+def _log_train(fit: _Fit, window: _Window, out: StepOutput, done: int, bar) -> None:
     vals = window.means(
         concept=out.concept_loss is not None, episodes_per_step=fit.batch * fit.rt.world_size
     )
-    vals["lr"] = fit.lr
+    vals["lr"] = out.lr  # the rate of the window's last step
     fit.logger.log(done, "train", vals)
     bar.set_postfix(loss=f"{vals['loss']:.4f}")
     if not math.isfinite(vals["loss"]):
@@ -558,7 +617,7 @@ def _log_train(fit: _Fit, window: _Window, out: ProtoOutput, done: int, bar) -> 
 def _run_steps(fit: _Fit, stop: StopSignals, *, progress: bool) -> tuple[int, float, int | None]:
     """Steps ``start..steps``: train, log every ``log_every``, validate every ``eval_every``,
     checkpoint every ``checkpoint_every`` steps, and all three at the end; or stop early, after
-    a step, when `stop` says so.
+    a step, when `stop` says so. Only logging, validation and checkpoints read the device.
 
     Returns:
         ``(steps done, seconds spent training, the stop signal or None)``.
@@ -570,23 +629,25 @@ def _run_steps(fit: _Fit, stop: StopSignals, *, progress: bool) -> tuple[int, fl
     bar = tqdm(
         total=s.steps, initial=fit.start, desc="train", disable=not progress or not fit.rt.is_main
     )
+    fit.net.train()  # validation puts the model back in training mode when it is done
     try:
-        for step, cpu_batch in zip(range(fit.start, s.steps), fit.loader, strict=True):
-            out, grad_norm = _train_step(fit, cpu_batch, step)
-            done = step + 1
-            window.add(out, grad_norm)
-            bar.update(1)
-            if _due(done, s.log_every, s.steps):
-                _log_train(fit, window, out, done, bar)
-            if _due(done, s.eval_every, s.steps):
-                _validate(fit, done)
-            if _due(done, s.checkpoint_every, s.steps):
-                fit.save(done)
-            if _due(done, s.log_every, s.steps):
-                window.restart()  # the next window excludes validation and saving
-            signum = stop.should_stop()
-            if signum is not None and done < s.steps:
-                return done, window.seconds, signum
+        with fit.step.rng():
+            for step, batch in zip(range(fit.start, s.steps), fit.loader, strict=True):
+                out = fit.step(batch, step)
+                done = step + 1
+                window.add(out)
+                bar.update(1)
+                if _due(done, s.log_every, s.steps):
+                    _log_train(fit, window, out, done, bar)
+                if _due(done, s.eval_every, s.steps):
+                    _validate(fit, done)
+                if _due(done, s.checkpoint_every, s.steps):
+                    fit.save(done)
+                if _due(done, s.log_every, s.steps):
+                    window.restart()  # the next window excludes validation and saving
+                signum = stop.should_stop()
+                if signum is not None and done < s.steps:
+                    return done, window.seconds, signum
     finally:
         bar.close()
     return done, window.seconds, None

@@ -37,6 +37,8 @@ from curi.models import (
     start_runtime,
 )
 from curi.models import cli as models_cli
+from curi.models.device_sampler import DeviceEpisodeSampler
+from curi.models.schedule import lr_at
 from curi.models.train import train
 from curi.oracles.metrics import average_precision, class_balanced_accuracy
 from curi.renderers import list_renderers
@@ -215,6 +217,68 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_bank_dir, tmp_p
         models_cli.train(other)
 
 
+def test_device_sampler_with_a_cosine_rate_resumes_exactly(tiny_bank_dir, tmp_path):
+    """`curi train device=cpu train.sampler=device` trains; its episodes and the schedule are
+    functions of the step, so a run resumed at step 3 ends with the uninterrupted one's
+    weights; the logged rate is the schedule's; another number of steps is another schedule."""
+    over = [
+        "device=cpu",
+        "train.sampler=device",
+        "train.lr_schedule=cosine",
+        "train.warmup_steps=2",
+        "pooling=transformer",
+        "train.steps=6",
+        "train.checkpoint_every=3",
+        "train.eval_every=6",
+        "train.val_episodes=4",
+    ]
+    full = tmp_path / "full"
+    models_cli.train(_train_cfg(tiny_bank_dir, full, *over))
+    summary = json.loads((full / "summary.json").read_text())
+    assert summary["sampler"] == "device" and summary["step_mode"] == "eager"
+    rates = {r["step"]: r["lr"] for r in _log(full, "train")}
+    want = [lr_at(t - 1, lr=1e-3, schedule="cosine", warmup=2, steps=6) for t in range(1, 7)]
+    assert [rates[t] for t in range(1, 7)] == pytest.approx(want)
+    ckpt = full / "checkpoints" / "step_0000003.pt"
+    resumed = tmp_path / "resumed"
+    models_cli.train(_train_cfg(tiny_bank_dir, resumed, *over, f"resume={ckpt}"))
+    a, b = ({r["step"]: r["loss"] for r in _log(d, "train")} for d in (full, resumed))
+    assert [b[t] for t in (4, 5, 6)] == [a[t] for t in (4, 5, 6)] and a[4] != a[5]
+    end_a, _ = load_checkpoint(full / "checkpoints" / "last.pt")
+    end_b, _ = load_checkpoint(resumed / "checkpoints" / "last.pt")
+    assert all(torch.equal(v, end_b["model"][k]) for k, v in end_a["model"].items())
+    assert end_a["sampler"] == "device"
+    longer = _train_cfg(
+        tiny_bank_dir, tmp_path / "x", *over[:-3], "train.steps=8", f"resume={ckpt}"
+    )
+    with pytest.raises(ConfigError, match=r"different config \(train.steps\)"):
+        models_cli.train(longer)
+    other = _train_cfg(
+        tiny_bank_dir, tmp_path / "y", *over[:1], "train.sampler=loader", f"resume={ckpt}"
+    )
+    with pytest.raises(ConfigError, match="train.sampler"):
+        models_cli.train(other)
+
+
+def test_device_sampler_feeds_image_scenes_too(tiny_bank):
+    """The device stream renders image scenes from the drawn ids, as the loader does."""
+    from curi.models.train import train_loader
+
+    s = TrainSettings(steps=2, batch_size=2, num_workers=0, sampler="device")
+    run = RunConfig(bank=tiny_bank.config, modality={"name": "image"}, train=s, device="cpu")
+    renderer = make_renderer(run.modality)
+    split = curi.make_split(tiny_bank, "concept_iid")
+    rt = start_runtime("cpu")
+    kw = {"start": 1, "renderer": renderer, "max_len": 30, "sampler": "device"}
+    (batch,) = list(train_loader(run, rt, tiny_bank, split, 2, **kw))
+    assert batch["support"].shape == (2, 25, 3, 160, 240) and batch["query"].shape[1] == 25
+    drawn = DeviceEpisodeSampler(tiny_bank, split, "train", "hard", 0).sample(1, 2)
+    first = drawn["ids"][0, :1].numpy()
+    want = renderer.to_input(renderer.render(tiny_bank.scene_records(first)).data)
+    torch.testing.assert_close(batch["support"][0, :1], want, atol=1e-5, rtol=0)
+    assert torch.equal(batch["support_labels"], drawn["support_labels"])
+
+
 def test_concept_loss_falls_on_a_tiny_set(tiny_bank, tmp_path):
     run = RunConfig(
         bank=tiny_bank.config,
@@ -335,12 +399,6 @@ def test_runtime_of_a_single_cpu_process(monkeypatch):
     assert rt.wrap(model) is model
     with rt.autocast():
         assert model(torch.ones(1, 3)).dtype == torch.float32
-    before = torch.random.get_rng_state()
-    with rt.seeded(7):
-        a = torch.rand(4)
-    with rt.seeded(7):
-        b = torch.rand(4)
-    assert torch.equal(a, b) and torch.equal(torch.random.get_rng_state(), before)
     with rt.main_first():  # alone: no barrier to wait at
         rt.broadcast_buffers(torch.nn.BatchNorm1d(2))
     rt.close()
@@ -353,6 +411,8 @@ import json, sys, torch
 torch.set_num_threads(1)
 from curi import load_bank
 from curi.models import RunConfig, TrainSettings
+from curi.models.device_sampler import DeviceEpisodeSampler
+from curi.models.schedule import lr_at
 from curi.models.train import train
 bank = load_bank(sys.argv[1])
 s = TrainSettings(steps=2, batch_size=2, train_episodes=16, log_every=1, eval_every=2,

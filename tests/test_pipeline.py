@@ -172,14 +172,13 @@ def test_stream_is_identical_for_every_worker_count_and_render_place(tiny_bank, 
 def test_training_loader_batches_do_not_depend_on_workers(tiny_bank):
     """`curi train`'s own loader (the one the step loop reads) for 0, 1 and 2 workers."""
     rt = start_runtime("cpu")
-    pool = curi.EpisodeSampler(tiny_bank, "concept_iid", "train", "hard", seed=0, size=64)
+    split = curi.make_split(tiny_bank, "concept_iid")
     runs = []
     for workers in (0, 1, 2):
-        s = TrainSettings(steps=3, batch_size=4, num_workers=workers)
+        s = TrainSettings(steps=3, batch_size=4, num_workers=workers, train_episodes=64)
         run = RunConfig(bank=tiny_bank.config, train=s, device="cpu")
-        loader = train_loader(
-            run, rt, pool, 4, start=1, renderer=make_renderer(run.modality), max_len=20
-        )
+        renderer = make_renderer(run.modality)
+        loader = train_loader(run, rt, tiny_bank, split, 4, start=1, renderer=renderer, max_len=20)
         runs.append(list(loader))
     assert len(runs[0]) == 2  # steps 1 and 2
     for other in runs[1:]:

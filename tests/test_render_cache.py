@@ -116,7 +116,7 @@ def test_schema_is_not_cached(tiny_bank, tmp_path):
 def test_training_reads_the_cache(tiny_bank, built, tmp_path):
     root, cache = built
     renderer = make_renderer(IMAGE)
-    pool = curi.EpisodeSampler(tiny_bank, "concept_iid", "train", "hard", seed=0, size=16)
+    split = curi.make_split(tiny_bank, "concept_iid")
     s = TrainSettings(
         steps=2,
         batch_size=2,
@@ -132,8 +132,9 @@ def test_training_reads_the_cache(tiny_bank, built, tmp_path):
         bank=tiny_bank.config, modality=IMAGE, pooling={"name": "avg"}, train=s, device="cpu"
     )
     rt = start_runtime("cpu")
-    live = list(train_loader(run, rt, pool, 2, start=0, renderer=renderer, max_len=20))
-    read = list(train_loader(run, rt, pool, 2, start=0, renderer=renderer, max_len=20, cache=cache))
+    kw = {"start": 0, "renderer": renderer, "max_len": 20}
+    live = list(train_loader(run, rt, tiny_bank, split, 2, **kw))
+    read = list(train_loader(run, rt, tiny_bank, split, 2, **kw, cache=cache))
     for a, b in zip(live, read, strict=True):
         assert a.keys() == b.keys()
         for k in ("support", "query"):  # the cache fed these: the renders up to uint8 rounding
