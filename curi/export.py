@@ -201,7 +201,7 @@ def _remove_dead_temporaries(out: Path) -> None:
         stale += out.parent.glob(f".{glob.escape(out.stem)}-{_DIGITS}.tar.tmp-*")
     for tmp in stale:
         if tmp.is_file() and not owner_alive(tmp):
-            tmp.unlink(missing_ok=True)
+            remove(tmp, root=out.parent, link=True)
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -543,9 +543,9 @@ def export_episodes(
         if negative_sampler != "paper":  # (the paper's cards stay as they were)
             meta["negative_sampler"] = negative_sampler
         card = write_text(_card_path(out), _card_text(meta, bank, split, written))
-        _publishing(out).unlink(missing_ok=True)
+        remove(_publishing(out), root=out.parent, link=True)
         if min(jobs, n) > 1:
-            remove(staging_folder(out))
+            remove(staging_folder(out), root=out.parent)
     paths = [out.with_name(f["name"]) for f in files]
     written_path = _brace_pattern(out, len(files)) if _kind(out) == "tar" else out
     return {"episodes": written_path, "files": paths, "card": card}
@@ -678,10 +678,11 @@ def _publish_files(
             written = f"one JSON object per line in {out.name}"
         new = {f["name"] for f in files}
         write_text(_publishing(out), json.dumps(sorted(owned | new)))
-        _card_path(out).unlink(missing_ok=True)  # until the new card, the export reads as broken
+        # until the new card, the export reads as broken
+        remove(_card_path(out), root=out.parent, link=True)
     # Leaving the stack renamed every staged file into place.
     for name in owned - new:
-        out.with_name(name).unlink(missing_ok=True)
+        remove(out.with_name(name), root=out.parent, link=True)
     return files, written
 
 

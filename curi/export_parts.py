@@ -17,6 +17,8 @@ import hashlib
 import io
 import json
 import logging
+import os
+import stat
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,12 +27,13 @@ from typing import Any
 
 from curi import validate
 from curi.atomic import atomic_path, remove, write_text
-from curi.errors import CuriError
+from curi.errors import ConfigError, CuriError
 
 __all__ = [
     "MAX_JOBS",
     "Part",
     "check_jobs",
+    "check_staging",
     "digest",
     "parts_folder",
     "plan_parts",
@@ -64,6 +67,35 @@ def staging_folder(out: str | Path) -> Path:
     return out.with_name(f".{out.name}.parts")
 
 
+def check_staging(out: str | Path) -> Path:
+    """The staging folder of `out` (`staging_folder`), once it is missing or a folder of its
+    own: a symlink there would have the parts written, and old parts deleted, in the folder
+    it points to; a file there is none of curi's. Cheap, so the commands check it before
+    opening the bank.
+
+    Raises:
+        ConfigError: naming the path and what is there instead.
+    """
+    folder = staging_folder(out)
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return folder
+    except OSError as e:
+        raise ConfigError(f"cannot use the staging folder {folder}: {e.strerror or e}") from None
+    if stat.S_ISLNK(mode):
+        raise ConfigError(
+            f"the staging folder {folder} is a symlink (to {os.readlink(folder)}); curi keeps "
+            "the parts of an export in a folder of its own there: remove the link"
+        )
+    if not stat.S_ISDIR(mode):
+        raise ConfigError(
+            f"the staging folder {folder} is a file, not a folder; remove it (curi keeps the "
+            "parts of an export there)"
+        )
+    return folder
+
+
 def digest(settings: dict) -> str:
     """A short digest of an export's settings (JSON-ready), naming its parts' folder."""
     text = json.dumps(settings, sort_keys=True, default=str)
@@ -72,13 +104,17 @@ def digest(settings: dict) -> str:
 
 def parts_folder(out: str | Path, settings: dict) -> Path:
     """The folder of the parts of `out` written with `settings` (created), after removing the
-    parts left by runs with other settings (they can never be reused)."""
-    folder = staging_folder(out)
+    parts left by runs with other settings (they can never be reused).
+
+    Raises:
+        ConfigError: the staging folder is a symlink or a file (`check_staging`).
+    """
+    folder = check_staging(out)
     here = folder / digest(settings)
     if folder.is_dir():
         for old in folder.iterdir():
             if old.name != here.name and not old.name.startswith("."):  # .submitit: logs
-                remove(old)
+                remove(old, root=folder, link=True)
     here.mkdir(parents=True, exist_ok=True)
     write_text(here / "settings.json", json.dumps(settings, indent=1, default=str))
     return here

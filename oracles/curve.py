@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from curi.atomic import atomic_path, write_text
+from curi.atomic import atomic_path, remove, write_text
 from curi.errors import ConfigError, SplitError
 from curi.jobs import Launcher
 from curi.splits import PAPER_SPLITS, make_split
@@ -109,8 +109,9 @@ def divergence_curve(
         ``failed`` (targets the generator could not reach, and jobs that failed, with the
         message), ``max_dc`` per seed, ``correlations`` and ``seconds``.
     """
-    if out_dir is None:  # the points in a temporary folder, gone with it
-        with tempfile.TemporaryDirectory(prefix="curi-curve-") as tmp:
+    if out_dir is None:  # the points in a temporary folder of this call, removed after it
+        tmp = Path(tempfile.mkdtemp(prefix="curi-curve-"))
+        try:
             return divergence_curve(
                 bank,
                 mcd=mcd,
@@ -126,6 +127,8 @@ def divergence_curve(
                 out_dir=tmp,
                 launcher=launcher,
             )
+        finally:
+            remove(tmp, root=tmp.parent)
     t0 = time.perf_counter()
     launcher = launcher or Launcher()
     out = Path(out_dir)

@@ -269,7 +269,7 @@ def render_episode_file(
     }
     write_text(out / "index.json", json.dumps(index, indent=1))
     if jobs > 1:
-        remove(staging_folder(out))
+        remove(staging_folder(out), root=out.parent)
     log.info("re-rendered %d episodes as %s into %s", len(entries), renderer.name, out)
     return out / "index.json"
 

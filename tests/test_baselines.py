@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import curi.models.baselines as baselines_mod
-from curi.errors import ConfigError
+from curi.errors import ConfigError, RemovalError
 from curi.models import cli as models_cli
 from curi.models.baseline_table import baseline_table, table_markdown
 from curi.models.baselines import parse_baselines, plan_runs
@@ -324,3 +324,22 @@ def test_table_averages_seeds_and_marks_what_the_paper_lacks():
     assert "| mcd | – | 30.0 (n/a) | n/a | n/a | n/a |" in md
     assert lang["oracle_prior"] == 0.1
     assert "| lang | boolean | 45.0 ± 7.1 | 51.1 ± 1.4 | -6.1 |" in md
+
+
+@pytest.mark.parametrize("link", ["configuration", "run"])
+def test_force_never_deletes_through_a_symlink(tiny_bank_dir, tmp_path, link):
+    """`force=true` empties a run folder made with other settings only inside the sweep's
+    folder: a symlinked configuration folder (``runs/<cfg>``) or run folder is refused in one
+    line before anything runs, and the folder it points to is kept."""
+    out, victim = tmp_path / "bl", tmp_path / "victim"
+    run = victim / "concept_iid" / "seed0" if link == "configuration" else victim
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"run": "made with other settings"}')
+    (run / "precious.txt").write_text("keep")
+    where = out / "runs" / "rn" if link == "configuration" else out / "runs/rn/concept_iid/seed0"
+    where.parent.mkdir(parents=True)
+    where.symlink_to(victim)
+    with pytest.raises(RemovalError, match="will not delete") as e:
+        models_cli.baselines(_small(tiny_bank_dir, out, "only=[rn]", "force=true"))
+    assert "\n" not in str(e.value)
+    assert sorted(p.name for p in run.iterdir()) == ["precious.txt", "run.json"]

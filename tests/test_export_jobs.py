@@ -227,3 +227,37 @@ def test_cli_a_failed_job_ends_in_one_error_line(tiny_bank_dir, tmp_path, capsys
     assert err[-1].startswith(f"curi episodes: error: out={out}: job part-00001 (episodes 2..3)")
     assert "failed: RuntimeError: the renderer ran out of memory" in err[-1]
     assert not out.exists() and len(list(staging_folder(out).rglob("*.done"))) == 1
+
+
+# --- the staging folder is the command's own; parts are checked before they are published -----
+def _victim(tmp_path):
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "keep.txt").write_text("x")
+    return victim
+
+
+def test_a_symlinked_staging_folder_is_refused_and_its_target_kept(tiny_bank, split, tmp_path):
+    victim, out = _victim(tmp_path), tmp_path / "O" / "eps.jsonl"
+    out.parent.mkdir()
+    staging_folder(out).symlink_to(victim)
+    with pytest.raises(ConfigError, match="is a symlink") as e:
+        _export(tiny_bank, split, out, n=6, jobs=3)
+    assert "\n" not in str(e.value)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt", "sub"]
+    assert not out.exists()
+
+
+def test_a_staging_path_that_is_a_file_is_one_line(tiny_bank_dir, tmp_path, capsys, monkeypatch):
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "eps.jsonl"
+    staging_folder(out).write_text("x")
+    args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=6", f"out={out}", "jobs=3"]
+    with pytest.raises(SystemExit) as e:
+        main(["episodes", *args, "progress=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1
+    assert err[0].startswith("curi episodes: error: the staging folder") and "is a file" in err[0]
+    assert staging_folder(out).read_text() == "x" and not out.exists()
