@@ -522,7 +522,7 @@ def export_episodes(
     with exclusive(out, what=f"out={out}", error=ConfigError):
         if min(jobs, n) > 1:
             parts = _run_export_jobs(sampler, out, media, jobs, launcher, threads, progress)
-            items = read_items(parts)
+            items = read_items(parts, what=f"out={out}")
         else:
             episodes = (sampler[i] for i in tqdm(range(n), desc="episodes", disable=not progress))
             items = _items(episodes, media, workers, threads)
@@ -739,11 +739,13 @@ def _card_text(meta: dict, bank, split: Split, written: str) -> str:
 # --- reading ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Part:
-    """One file of an export and its card's entry for it (None: no card to check against)."""
+    """One file of an export and its card's entry for it (None: no card to check against),
+    and the index of its first episode in the export (None: unknown, a shard without card)."""
 
     path: Path
     entry: dict | None
     card: Path | None = None
+    first: int | None = 0
 
 
 def _load_card(card: Path) -> dict | None:
@@ -842,13 +844,14 @@ def _plan(path: Path) -> list[_Part]:
         card = _card_path(_export_of(path))
         meta = _card_of(_export_of(path), card) if card.is_file() else None
         if meta is None:  # a lone file: published whole, nothing to check it against
-            return [_Part(path, None)]
+            return [_Part(path, None, first=None if path.suffix == ".tar" else 0)]
         entry = next((f for f in meta["files"] if f["name"] == path.name), None)
         if entry is None:
             raise EpisodeFileError(
                 f"{path} is not listed in its card {card.name} (left by another export?); {_AGAIN}"
             )
-        parts = [_Part(path, entry, card)]
+        before = meta["files"][: meta["files"].index(entry)]
+        parts = [_Part(path, entry, card, sum(f["episodes"] for f in before))]
     for part in parts:
         size = part.path.stat().st_size
         if size != part.entry["bytes"]:
@@ -921,10 +924,12 @@ def read_episode_file(
     Raises:
         EpisodeFileError: the name is of no known format (`FORMATS`), the file is missing,
             unreadable, empty, does not match its card, or an entry is not an episode (not
-            JSON, a missing key, labels and records of different lengths).
+            JSON, a missing key, labels and records of different lengths, an ``index`` other
+            than its position: the episodes are 0..n-1 in order).
     """
     path = _unbrace(Path(path))
     parts, count = _plan(path), 0
+    first = parts[0].first
     while (
         len(parts) > 1
         and parts[0].entry is not None
@@ -953,10 +958,30 @@ def read_episode_file(
         for s in ("support", "query"):
             if len(ep[f"{s}_labels"]) != len(ep[f"{s}_records"]):
                 raise EpisodeFileError(f"{path} {where}: {s} labels and records differ in length")
+        if first is None:  # a lone shard: its episodes run on from the first one read
+            index = ep.get("index")
+            first = index - count if type(index) is int else 0
+        _check_index(path, where, ep, first + count)
         count += 1
         yield ep
     if count == 0:
         raise EpisodeFileError(f"{path} holds no episodes")
+
+
+def _check_index(path: Path, where: str, ep: dict, position: int) -> None:
+    """Refuse an episode whose ``index`` is not its position in the export: the episodes of an
+    export are 0..n-1 in order, so a part repeated, missing or moved is caught even where no
+    card lists checksums. An episode without ``index`` (written by hand) is read by position.
+
+    Raises:
+        EpisodeFileError: naming the location, the index found and the one expected.
+    """
+    index = ep.get("index", position)
+    if type(index) is not int or index != position:
+        raise EpisodeFileError(
+            f"{path} {where}: episode index {index!r} where {position} belongs (an export holds "
+            f"episodes 0..n-1 in order: one is repeated, missing or moved); {_AGAIN}"
+        )
 
 
 def count_episodes(path: str | Path, limit: int | None = None) -> int | None:
