@@ -34,7 +34,7 @@ from curi import validate
 from curi.atomic import atomic_path, exclusive, owner_alive, remove, temporaries, write_text
 from curi.bank_format import sha256
 from curi.episodes import Episode, EpisodeSampler
-from curi.errors import ConfigError, EpisodeFileError
+from curi.errors import ConfigError, CuriError, EpisodeFileError
 from curi.export_parts import (
     Part,
     check_jobs,
@@ -45,6 +45,7 @@ from curi.export_parts import (
     staging_folder,
     write_items,
 )
+from curi.paths import read_text
 from curi.splits import Split
 
 __all__ = [
@@ -187,8 +188,8 @@ def _owned(out: Path) -> set[str]:
             meta = _card_of(out, card)
             names |= {f["name"] for f in meta["files"]} if meta is not None else set()
     if pending.is_file():
-        with contextlib.suppress(OSError, UnicodeDecodeError, ValueError, TypeError):
-            names |= set(json.loads(pending.read_text(encoding="utf-8")))
+        with contextlib.suppress(CuriError, ValueError, TypeError, RecursionError):
+            names |= set(json.loads(read_text(pending, "publishing list", CuriError)))
     plain = {n for n in names if isinstance(n, str) and n not in ("", ".", "..")}
     return {n for n in plain if Path(n).name == n and _export_of(out.with_name(n)) == out}
 
@@ -753,10 +754,7 @@ def _load_card(card: Path) -> dict | None:
     the files of an export)."""
     import yaml
 
-    try:
-        text = card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise EpisodeFileError(f"cannot read the card {card}: {e}") from None
+    text = read_text(card, "card", EpisodeFileError)
     if not text.startswith("---\n"):
         return None
     end = text.find("\n---\n", 3)

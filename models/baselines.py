@@ -25,7 +25,7 @@ from curi.models.config import RunConfig, build_model, with_new_defaults
 from curi.models.data import make_renderer
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
 from curi.models.train import train
-from curi.paths import safe_name
+from curi.paths import read_text, safe_name
 from curi.presets import list_presets, load_preset
 
 __all__ = [
@@ -224,9 +224,16 @@ def _identity(run: RunConfig, evaluation: Mapping) -> dict:
 
 
 def _read_json(path: Path):
+    """The JSON in the sweep's file `path`; None when it is missing or not JSON.
+
+    Raises:
+        ConfigError: `path` is not a regular file (a FIFO would block the read forever) or
+            cannot be read.
+    """
+    text = read_text(path, "sweep file", missing_ok=True)
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(text or "")
+    except ValueError:
         return None
 
 
@@ -443,7 +450,8 @@ def run_baselines(
         waiting (SLURM with ``wait=false``: collect later).
 
     Raises:
-        ConfigError: bad options, or a run folder made with other settings (without `force`).
+        ConfigError: bad options, a run folder made with other settings (without `force`),
+            a file of the sweep that is not a regular file (a FIFO).
         RemovalError: with `force`, a run folder to empty that is a symlink or leads out of
             `out_dir` (through a symlinked configuration folder).
     """
@@ -520,7 +528,8 @@ def collect_baselines(out_dir: str | Path) -> dict:
     (``missing``: not run, still running, or killed), never dropped silently.
 
     Raises:
-        ConfigError: `out_dir` holds no sweep (no ``sweep.json``).
+        ConfigError: `out_dir` holds no sweep (no ``sweep.json``), or a file of it is not a
+            regular file (a FIFO).
     """
     out_dir = Path(out_dir)
     sweep = _read_json(out_dir / "sweep.json")

@@ -6,11 +6,15 @@ prompt longer than a context refused; and the README's `curi lm export` command 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_curi
 
 from curi.errors import BankError, ConfigError, TextFormatError
 from curi.executor import BitScenes, execute
@@ -166,3 +170,22 @@ def test_curi_lm_alone_lists_its_subcommands(capsys):
     lm(None)
     out = capsys.readouterr().out
     assert "lm export " in out and "lm compare " in out and "--help" in out
+
+
+def test_a_fifo_manifest_is_one_line_not_a_hang(tiny_bank, tiny_bank_dir, tmp_path):
+    """`curi lm compare` and lm-eval's loading of the task (its ``utils.load_documents``, as
+    ``--include_path`` does), each in a process of its own stopped after 60 s: a FIFO in
+    place of ``curi_tasks.json`` is refused, never read (it would block)."""
+    out = tmp_path / "T"
+    export_tasks(tiny_bank, [make_split(tiny_bank, "counting")], out, n=1, progress=False)
+    (out / lm_task.MANIFEST).unlink()
+    os.mkfifo(out / lm_task.MANIFEST)
+    bank = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}"]
+    r = run_curi("lm", "compare", *bank, f"tasks={out}", "results=R", cwd=tmp_path, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert "curi_tasks.json' is a FIFO, not a regular file" in lines[0]
+    load = "import sys, utils; utils.load_documents(sys.argv[1])"
+    cmd = [sys.executable, "-c", load, "curi_counting_hard"]
+    r = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "curi_tasks.json' is a FIFO" in r.stderr.splitlines()[-1]

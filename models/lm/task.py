@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from curi.atomic import atomic_path
-from curi.errors import BankError, ConfigError
+from curi.errors import BankError, ConfigError, CuriError
 from curi.models.lm.prompt import REQUEST
+from curi.paths import open_regular, read_text
 
 __all__ = [
     "MANIFEST",
@@ -39,8 +40,12 @@ FORMAT = 1
 
 
 def read_table(path: Path) -> list[dict]:
-    """The rows of a ``.jsonl.gz`` table of a task folder."""
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    """The rows of a ``.jsonl.gz`` table of a task folder (never blocking on a FIFO).
+
+    Raises:
+        ConfigError: the table is missing or not a regular file.
+    """
+    with open_regular(path, "task table") as raw, gzip.open(raw, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -55,7 +60,7 @@ def write_table(path: Path, rows) -> int:
 
 @lru_cache(maxsize=16)
 def _manifest(path: str, stamp: int) -> dict:
-    return json.loads(Path(path).read_text())
+    return json.loads(read_text(path, "manifest"))
 
 
 def read_manifest(
@@ -77,7 +82,7 @@ def read_manifest(
     path = Path(folder) / name
     try:
         manifest = _manifest(str(path.resolve()), path.stat().st_mtime_ns)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError, CuriError) as e:
         raise ConfigError(
             f"{folder} is not a curi {what} (no readable {name}: {e}); write one with `{command}`"
         ) from None
