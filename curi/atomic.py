@@ -35,6 +35,7 @@ __all__ = [
     "temporary_name",
     "owner_alive",
     "remove",
+    "rename_into",
     "write_bytes",
     "write_text",
 ]
@@ -219,6 +220,14 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             tmp.rename(path)
     finally:
         remove(tmp, root=path.parent, link=True)
+
+
+def rename_into(src: str | Path, folder: str | Path) -> Path:
+    """Publish the finished file `src` (written in a staging folder on the same filesystem) as
+    ``folder / src.name`` in one rename, replacing a file of that name; returns the new path."""
+    dst = Path(folder) / Path(src).name
+    os.replace(src, dst)
+    return dst
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
