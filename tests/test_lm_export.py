@@ -178,11 +178,15 @@ def _names(folder) -> list[str]:
 
 def test_an_export_replaces_the_earlier_export_in_its_folder_as_a_whole(tiny_bank, tmp_path):
     """A second export to a folder leaves no task of the first (its YAML would still be tagged
-    ``curi_tasks``), keeps a user's file and leaves no staging, list or lock behind."""
+    ``curi_tasks``), keeps a user's file, even one the old manifest names, and leaves no
+    staging, list or lock behind."""
     out = tmp_path / "T"
     splits = [make_split(tiny_bank, s) for s in ("concept_iid", "counting")]
     export_tasks(tiny_bank, splits, out, n=1, progress=False)
     (out / "notes.txt").write_text("mine")
+    manifest = json.loads((out / lm_task.MANIFEST).read_text())
+    manifest["tasks"]["curi_x"] = {"split_file": "notes.txt"}
+    (out / lm_task.MANIFEST).write_text(json.dumps(manifest))
     export_tasks(tiny_bank, [make_split(tiny_bank, "boolean")], out, n=1, progress=False)
     assert _names(out) == [
         "curi.yaml",

@@ -89,18 +89,25 @@ class TaskFiles:
     suffixes: tuple[str, ...]
 
     def named_by(self, manifest: object) -> set[str]:
-        """The names of the files the export `manifest` (its JSON) wrote; plain names only."""
+        """The names of the files the export `manifest` (its JSON) wrote."""
         tasks = manifest.get("tasks") if isinstance(manifest, dict) else None
         names = {self.manifest, *self.fixed}
         for task, info in tasks.items() if isinstance(tasks, dict) else ():
             names |= {f"{task}{suffix}" for suffix in self.suffixes}
             if isinstance(info, dict) and isinstance(info.get("split_file"), str):
                 names.add(info["split_file"])
-        return {n for n in names if _plain(n)}
+        return names
 
-
-def _plain(name: str) -> bool:
-    return bool(name) and not name.startswith(".") and Path(name).name == name
+    def owns(self, name: object) -> bool:
+        """Whether `name` is a plain name of a form this kind of export writes (a fixed name,
+        or ``curi_...`` with a task's suffix or ``_split.json``): a manifest or list that
+        names a user's file never gets it removed."""
+        if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+            return False
+        ends = (*self.suffixes, "_split.json")
+        return name in (self.manifest, *self.fixed) or (
+            name.startswith("curi_") and name.endswith(ends)
+        )
 
 
 @contextmanager
@@ -159,7 +166,7 @@ def _owned(folder: Path, files: TaskFiles, pending: Path) -> set[str]:
         names |= files.named_by(json.loads(text or "null"))
     with contextlib.suppress(CuriError, ValueError, TypeError, RecursionError):
         names |= set(json.loads(read_text(pending, "publishing list", missing_ok=True) or "[]"))
-    return {n for n in names if isinstance(n, str) and _plain(n)}
+    return {n for n in names if files.owns(n)}
 
 
 def read_manifest(
