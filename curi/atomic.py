@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from curi.errors import RemovalError
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on POSIX: `exclusive` does not lock
@@ -33,6 +35,7 @@ __all__ = [
     "temporary_name",
     "owner_alive",
     "remove",
+    "rename_into",
     "write_bytes",
     "write_text",
 ]
@@ -83,12 +86,71 @@ def asides(path: str | Path) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.old-*"))
 
 
-def remove(p: Path) -> None:
-    """Delete a file, link or folder (a temporary or an old folder set aside)."""
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
+def remove(path: str | Path, *, root: str | Path, link: bool = False) -> None:
+    """Delete the file or folder `path` inside `root` (nothing when it is missing): the one
+    remover of curi, so that no command deletes outside what it owns (docs/reliability.md,
+    "Third round").
+
+    It never deletes through a symlink: a symlink at `path` is refused, or with `link` removed
+    itself (its target untouched); a `path` whose folder resolves outside `root` (through
+    ``..`` or a symlinked folder on the way) is refused, as is `root` itself; a folder's tree
+    is deleted without following the symlinks inside it (`shutil.rmtree`'s walk by
+    descriptors removes them as links).
+
+    Args:
+        path: what to delete, at any depth under `root`.
+        root: the folder the command owns it in (an export's folder, a run folder ...).
+        link: `path` is a name of curi's own (a temporary, a listed file), so a symlink there
+            is removed as a link rather than refused.
+
+    Raises:
+        RemovalError: `path` is outside `root`, is `root`, is a symlink (without `link`), or
+            cannot be deleted.
+    """
+    path = Path(path)
+    where = _owned_path(path, Path(root))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise RemovalError(f"cannot delete {path}: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode) and not link:
+        raise RemovalError(
+            f"will not delete {path}: it is a symlink (to {os.readlink(path)}), not a folder "
+            f"or file curi made in {where}; remove the link yourself"
+        )
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:  # deleted meanwhile (the tree: partly, by another remover)
+        if os.path.lexists(path):
+            remove(path, root=root, link=link)
+    except OSError as e:
+        raise RemovalError(f"cannot delete {path}: {e.strerror or e}") from None
+
+
+def _owned_path(path: Path, root: Path) -> Path:
+    """The resolved `root`, once `path` is a name inside it: its folder resolved (``..``,
+    symlinks) lies in `root`, and it is neither `root` nor ``.``/``..``.
+
+    Raises:
+        RemovalError: naming `path`, `root` and where `path` leads.
+    """
+    try:
+        base, folder = root.resolve(), path.parent.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise RemovalError(f"will not delete {path}: cannot resolve it ({e})") from None
+    if folder / path.name == base:
+        raise RemovalError(f"will not delete {path}: it is {root} itself, not a name in it")
+    if path.name in ("", ".", "..") or not folder.is_relative_to(base):
+        raise RemovalError(
+            f"will not delete {path}: it resolves to {folder / path.name}, outside {root} "
+            "(the folder this command may delete in); a symlink or '..' leads out of it"
+        )
+    return base
 
 
 def _fsync(p: Path) -> None:
@@ -115,14 +177,14 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
-    remove(tmp)
+    remove(tmp, root=path.parent, link=True)
     try:
         yield tmp
         if fsync:
             _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
-        remove(tmp)
+        remove(tmp, root=path.parent, link=True)
         raise
 
 
@@ -144,20 +206,28 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
-    remove(tmp)
+    remove(tmp, root=path.parent, link=True)
     tmp.mkdir()
     try:
         yield tmp
         if path.exists():
             trash = aside_name(path)
-            remove(trash)
+            remove(trash, root=path.parent, link=True)
             path.rename(trash)
             tmp.rename(path)
-            shutil.rmtree(trash)
+            remove(trash, root=path.parent, link=True)
         else:
             tmp.rename(path)
     finally:
-        remove(tmp)
+        remove(tmp, root=path.parent, link=True)
+
+
+def rename_into(src: str | Path, folder: str | Path) -> Path:
+    """Publish the finished file `src` (written in a staging folder on the same filesystem) as
+    ``folder / src.name`` in one rename, replacing a file of that name; returns the new path."""
+    dst = Path(folder) / Path(src).name
+    os.replace(src, dst)
+    return dst
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
@@ -200,7 +270,7 @@ def exclusive(path: str | Path, *, what: str, error: type[Exception]) -> Iterato
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        lock.unlink(missing_ok=True)  # while still held: a waiting opener then retries
+        remove(lock, root=path.parent, link=True)  # while held: a waiting opener then retries
         os.close(fd)
 
 

@@ -369,7 +369,7 @@ def _tidy(final: Path) -> None:
                 break
     for stale in temporaries(final) + asides(final):
         log.info("removing %s, left by a killed build", stale)
-        remove(stale)
+        remove(stale, root=final.parent, link=True)
 
 
 def _stamp(final: Path) -> tuple[int, int] | None:

@@ -119,7 +119,7 @@ def episodes(cfg: DictConfig) -> None:
         export_episodes,
         get_media,
     )
-    from curi.export_parts import check_jobs, staging_folder
+    from curi.export_parts import check_jobs, check_staging
 
     check_export_options(cfg.n, cfg.shard_size, cfg.seed)  # before building a bank
     out_path = check_export_path(cfg.out)
@@ -128,7 +128,7 @@ def episodes(cfg: DictConfig) -> None:
     media = None if cfg.media is None else get_media(cfg.media, cfg.out)
     launcher = None
     if jobs > 1:  # the export's ranges written by jobs where hydra/launcher=NAME says
-        launcher = job_launcher(staging_folder(out_path))
+        launcher = job_launcher(check_staging(out_path))
         if launcher.in_process:  # elsewhere each job has the threads of its cores
             launcher = dataclasses.replace(launcher, threads=threads)
     bank = open_bank_from_config(cfg)

@@ -75,4 +75,9 @@ class EpisodeFileError(CuriError, ValueError):
     """An exported episode file that is missing, empty or corrupt, or does not match its card."""
 
 
-__all__ += ["EpisodeFileError", "OptionError", "SplitOptionError"]
+class RemovalError(CuriError):
+    """A file or folder that curi was about to delete and is not its own to delete: a symlink,
+    or a path outside the folder the command works in (`curi.atomic.remove`)."""
+
+
+__all__ += ["EpisodeFileError", "OptionError", "RemovalError", "SplitOptionError"]

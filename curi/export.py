@@ -34,7 +34,7 @@ from curi import validate
 from curi.atomic import atomic_path, exclusive, owner_alive, remove, temporaries, write_text
 from curi.bank_format import sha256
 from curi.episodes import Episode, EpisodeSampler
-from curi.errors import ConfigError, EpisodeFileError
+from curi.errors import ConfigError, CuriError, EpisodeFileError
 from curi.export_parts import (
     Part,
     check_jobs,
@@ -45,6 +45,7 @@ from curi.export_parts import (
     staging_folder,
     write_items,
 )
+from curi.paths import read_text
 from curi.splits import Split
 
 __all__ = [
@@ -187,8 +188,8 @@ def _owned(out: Path) -> set[str]:
             meta = _card_of(out, card)
             names |= {f["name"] for f in meta["files"]} if meta is not None else set()
     if pending.is_file():
-        with contextlib.suppress(OSError, UnicodeDecodeError, ValueError, TypeError):
-            names |= set(json.loads(pending.read_text(encoding="utf-8")))
+        with contextlib.suppress(CuriError, ValueError, TypeError, RecursionError):
+            names |= set(json.loads(read_text(pending, "publishing list", CuriError)))
     plain = {n for n in names if isinstance(n, str) and n not in ("", ".", "..")}
     return {n for n in plain if Path(n).name == n and _export_of(out.with_name(n)) == out}
 
@@ -201,7 +202,7 @@ def _remove_dead_temporaries(out: Path) -> None:
         stale += out.parent.glob(f".{glob.escape(out.stem)}-{_DIGITS}.tar.tmp-*")
     for tmp in stale:
         if tmp.is_file() and not owner_alive(tmp):
-            tmp.unlink(missing_ok=True)
+            remove(tmp, root=out.parent, link=True)
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -522,7 +523,7 @@ def export_episodes(
     with exclusive(out, what=f"out={out}", error=ConfigError):
         if min(jobs, n) > 1:
             parts = _run_export_jobs(sampler, out, media, jobs, launcher, threads, progress)
-            items = read_items(parts)
+            items = read_items(parts, what=f"out={out}")
         else:
             episodes = (sampler[i] for i in tqdm(range(n), desc="episodes", disable=not progress))
             items = _items(episodes, media, workers, threads)
@@ -543,9 +544,9 @@ def export_episodes(
         if negative_sampler != "paper":  # (the paper's cards stay as they were)
             meta["negative_sampler"] = negative_sampler
         card = write_text(_card_path(out), _card_text(meta, bank, split, written))
-        _publishing(out).unlink(missing_ok=True)
+        remove(_publishing(out), root=out.parent, link=True)
         if min(jobs, n) > 1:
-            remove(staging_folder(out))
+            remove(staging_folder(out), root=out.parent)
     paths = [out.with_name(f["name"]) for f in files]
     written_path = _brace_pattern(out, len(files)) if _kind(out) == "tar" else out
     return {"episodes": written_path, "files": paths, "card": card}
@@ -678,10 +679,11 @@ def _publish_files(
             written = f"one JSON object per line in {out.name}"
         new = {f["name"] for f in files}
         write_text(_publishing(out), json.dumps(sorted(owned | new)))
-        _card_path(out).unlink(missing_ok=True)  # until the new card, the export reads as broken
+        # until the new card, the export reads as broken
+        remove(_card_path(out), root=out.parent, link=True)
     # Leaving the stack renamed every staged file into place.
     for name in owned - new:
-        out.with_name(name).unlink(missing_ok=True)
+        remove(out.with_name(name), root=out.parent, link=True)
     return files, written
 
 
@@ -738,11 +740,13 @@ def _card_text(meta: dict, bank, split: Split, written: str) -> str:
 # --- reading ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Part:
-    """One file of an export and its card's entry for it (None: no card to check against)."""
+    """One file of an export and its card's entry for it (None: no card to check against),
+    and the index of its first episode in the export (None: unknown, a shard without card)."""
 
     path: Path
     entry: dict | None
     card: Path | None = None
+    first: int | None = 0
 
 
 def _load_card(card: Path) -> dict | None:
@@ -750,10 +754,7 @@ def _load_card(card: Path) -> dict | None:
     the files of an export)."""
     import yaml
 
-    try:
-        text = card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise EpisodeFileError(f"cannot read the card {card}: {e}") from None
+    text = read_text(card, "card", EpisodeFileError)
     if not text.startswith("---\n"):
         return None
     end = text.find("\n---\n", 3)
@@ -841,13 +842,14 @@ def _plan(path: Path) -> list[_Part]:
         card = _card_path(_export_of(path))
         meta = _card_of(_export_of(path), card) if card.is_file() else None
         if meta is None:  # a lone file: published whole, nothing to check it against
-            return [_Part(path, None)]
+            return [_Part(path, None, first=None if path.suffix == ".tar" else 0)]
         entry = next((f for f in meta["files"] if f["name"] == path.name), None)
         if entry is None:
             raise EpisodeFileError(
                 f"{path} is not listed in its card {card.name} (left by another export?); {_AGAIN}"
             )
-        parts = [_Part(path, entry, card)]
+        before = meta["files"][: meta["files"].index(entry)]
+        parts = [_Part(path, entry, card, sum(f["episodes"] for f in before))]
     for part in parts:
         size = part.path.stat().st_size
         if size != part.entry["bytes"]:
@@ -920,10 +922,12 @@ def read_episode_file(
     Raises:
         EpisodeFileError: the name is of no known format (`FORMATS`), the file is missing,
             unreadable, empty, does not match its card, or an entry is not an episode (not
-            JSON, a missing key, labels and records of different lengths).
+            JSON, a missing key, labels and records of different lengths, an ``index`` other
+            than its position: the episodes are 0..n-1 in order).
     """
     path = _unbrace(Path(path))
     parts, count = _plan(path), 0
+    first = parts[0].first
     while (
         len(parts) > 1
         and parts[0].entry is not None
@@ -952,10 +956,30 @@ def read_episode_file(
         for s in ("support", "query"):
             if len(ep[f"{s}_labels"]) != len(ep[f"{s}_records"]):
                 raise EpisodeFileError(f"{path} {where}: {s} labels and records differ in length")
+        if first is None:  # a lone shard: its episodes run on from the first one read
+            index = ep.get("index")
+            first = index - count if type(index) is int else 0
+        _check_index(path, where, ep, first + count)
         count += 1
         yield ep
     if count == 0:
         raise EpisodeFileError(f"{path} holds no episodes")
+
+
+def _check_index(path: Path, where: str, ep: dict, position: int) -> None:
+    """Refuse an episode whose ``index`` is not its position in the export: the episodes of an
+    export are 0..n-1 in order, so a part repeated, missing or moved is caught even where no
+    card lists checksums. An episode without ``index`` (written by hand) is read by position.
+
+    Raises:
+        EpisodeFileError: naming the location, the index found and the one expected.
+    """
+    index = ep.get("index", position)
+    if type(index) is not int or index != position:
+        raise EpisodeFileError(
+            f"{path} {where}: episode index {index!r} where {position} belongs (an export holds "
+            f"episodes 0..n-1 in order: one is repeated, missing or moved); {_AGAIN}"
+        )
 
 
 def count_episodes(path: str | Path, limit: int | None = None) -> int | None:

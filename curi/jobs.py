@@ -18,7 +18,6 @@ and only when their launcher runs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import logging
@@ -30,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from curi.atomic import remove
 from curi.errors import ConfigError
 
 __all__ = [
@@ -329,9 +329,9 @@ def _submitit(jobs: list[Job], launcher: Launcher, progress: bool) -> list[Outco
     # local: no more processes at once than the cores allow
     width = max(1, (os.cpu_count() or 1) // int(opts.get("cpus_per_task") or 1))
     out = _gather(jobs, _windowed(executor, fns, width, progress), False)
-    if "%j" in folder:  # submitit leaves an empty folder named like its pattern
-        with contextlib.suppress(OSError):
-            Path(folder).rmdir()
+    pattern = Path(folder)
+    if "%j" in folder and pattern.is_dir() and not any(pattern.iterdir()):
+        remove(pattern, root=pattern.parent)  # submitit leaves an empty folder of that name
     return out
 
 

@@ -10,6 +10,7 @@ places under such a folder is."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from curi.errors import ConfigError, CuriError
 
-__all__ = ["inside", "read_text", "regular_file", "safe_name"]
+__all__ = ["inside", "open_regular", "read_text", "regular_file", "safe_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -81,11 +82,21 @@ def inside(
     return path
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, for messages."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    return "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+
+
 def regular_file(path: str | Path, what: str, error: type[CuriError] = ConfigError) -> Path:
     """`path`, once it is a regular file (or a symlink to one). Opening a FIFO for reading
     blocks until a writer comes, forever if none does, and a device or a folder is no file
     of ours either: every file curi reads that a user or another process could replace (a
-    bank's manifest, a split file, an episode file) is checked here first.
+    bank's manifest, a split file, an episode file) is checked here first, or opened with
+    `open_regular`.
 
     Raises:
         error: naming `what`, the path and what it is instead (missing, a folder, a FIFO ...).
@@ -98,26 +109,51 @@ def regular_file(path: str | Path, what: str, error: type[CuriError] = ConfigErr
     except OSError as e:  # a name too long, a loop of symlinks, no permission ...
         raise error(f"{what} {str(path)!r} cannot be read: {e.strerror or e}") from None
     if not stat.S_ISREG(mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else ("a socket" if stat.S_ISSOCK(mode) else "a device or other special file")
-        )
-        raise error(f"{what} {str(path)!r} is {kind}, not a regular file")
+        raise error(f"{what} {str(path)!r} is {_kind(mode)}, not a regular file")
     return path
 
 
-def read_text(path: str | Path, what: str, error: type[CuriError] = ConfigError) -> str:
-    """The text (UTF-8) of the file `path`, once it is a regular file (`regular_file`): the one
-    reader of the small text files a user names (rules, tasks, predictions, model results).
+def open_regular(
+    path: str | Path, what: str, error: type[CuriError] = ConfigError
+) -> io.BufferedReader:
+    """`path` opened for reading (binary), once it is a regular file (or a symlink to one).
+    It is opened without waiting for a writer (``O_NONBLOCK``: a FIFO opens at once) and
+    checked on the open descriptor, so a FIFO put in its place between a check and the read
+    cannot block either (`regular_file`).
+
+    Raises:
+        error: naming `what`, the path and what it is instead (missing, a folder, a FIFO ...).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{what} {str(path)!r} does not exist") from None
+    except OSError as e:  # a socket, a name too long, a loop of symlinks, no permission ...
+        raise error(f"{what} {str(path)!r} cannot be read: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise error(f"{what} {str(path)!r} is {_kind(mode)}, not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_text(
+    path: str | Path, what: str, error: type[CuriError] = ConfigError, *, missing_ok: bool = False
+) -> str | None:
+    """The text (UTF-8) of the file `path`, once it is a regular file (`open_regular`): the
+    one reader of the small text files a user or another process could replace (rules, tasks,
+    predictions, model results, a sweep's and a job's own files).
+
+    Args:
+        missing_ok: return None when nothing is at `path` (a file not written yet).
 
     Raises:
         error: naming `what` and the path: missing, not a regular file, unreadable or not UTF-8.
     """
-    path = regular_file(path, what, error)
+    if missing_ok and not os.path.lexists(path):
+        return None
     try:
-        return path.read_text(encoding="utf-8")
+        with open_regular(path, what, error) as raw, io.TextIOWrapper(raw, "utf-8") as f:
+            return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"cannot read the {what} {str(path)!r}: {e}") from None

@@ -12,13 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from curi import validate
-from curi.atomic import write_text
+from curi.atomic import remove, write_text
 from curi.errors import ConfigError
 from curi.jobs import Job, Launcher, run_jobs
 from curi.models.baseline_table import baseline_table
@@ -26,7 +25,7 @@ from curi.models.config import RunConfig, build_model, with_new_defaults
 from curi.models.data import make_renderer
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
 from curi.models.train import train
-from curi.paths import safe_name
+from curi.paths import read_text, safe_name
 from curi.presets import list_presets, load_preset
 
 __all__ = [
@@ -225,15 +224,28 @@ def _identity(run: RunConfig, evaluation: Mapping) -> dict:
 
 
 def _read_json(path: Path):
+    """The JSON in the sweep's file `path`; None when it is missing or not JSON.
+
+    Raises:
+        ConfigError: `path` is not a regular file (a FIFO would block the read forever) or
+            cannot be read.
+    """
+    text = read_text(path, "sweep file", missing_ok=True)
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(text or "")
+    except ValueError:
         return None
 
 
-def _claim(r: BaselineRun, ident: dict, force: bool) -> dict | None:
+def _claim(r: BaselineRun, ident: dict, force: bool, root: Path) -> dict | None:
     """The finished result of a run folder made with the same settings (None: run it); a
-    folder made with other settings is an error, or emptied with `force`."""
+    folder made with other settings is an error, or emptied with `force` (`root`: the sweep's
+    folder, the only place it deletes in).
+
+    Raises:
+        ConfigError: a folder made with other settings, without `force`.
+        RemovalError: with `force`, a run folder that is a symlink or leads out of `root`.
+    """
     saved = _read_json(r.dir / "run.json")
     if isinstance(saved, dict) and isinstance(saved.get("run"), dict):  # by an older curi
         saved = {**saved, "run": with_new_defaults(saved["run"], ident["run"])}
@@ -244,7 +256,7 @@ def _claim(r: BaselineRun, ident: dict, force: bool) -> dict | None:
                 "force=true to run it again"
             )
         log.warning("%s: settings changed; starting it again (force)", r.dir)
-        shutil.rmtree(r.dir)
+        remove(r.dir, root=root)
         saved = None
     result = _read_json(r.dir / "result.json")
     if saved is not None and result is not None:
@@ -307,7 +319,7 @@ def run_job(
     folder; an error is written to ``failed.json`` there before it propagates. `bank`: the
     loaded bank, or its path (opened in the job's process)."""
     bank = _bank_at(bank) if isinstance(bank, str) else bank
-    (r.dir / "failed.json").unlink(missing_ok=True)
+    remove(r.dir / "failed.json", root=r.dir, link=True)
     try:
         result = _train_and_test(
             r, bank, evaluation, num_workers=num_workers, batch_size=batch_size, progress=progress
@@ -438,7 +450,10 @@ def run_baselines(
         waiting (SLURM with ``wait=false``: collect later).
 
     Raises:
-        ConfigError: bad options, or a run folder made with other settings (without `force`).
+        ConfigError: bad options, a run folder made with other settings (without `force`),
+            a file of the sweep that is not a regular file (a FIFO).
+        RemovalError: with `force`, a run folder to empty that is a symlink or leads out of
+            `out_dir` (through a symlinked configuration folder).
     """
     launcher = launcher or Launcher()
     episodes = validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES)
@@ -457,7 +472,7 @@ def run_baselines(
         ev = {**evaluation, "negatives": r.run.negatives}
         name = f"{r.baseline.name}/{r.split}/seed{r.seed}"
         plan.append({"name": name, "dir": str(r.dir.relative_to(out_dir))})
-        if _claim(r, _identity(r.run, ev), force) is None:
+        if _claim(r, _identity(r.run, ev), force, out_dir) is None:
             kw = {"num_workers": num_workers, "batch_size": batch_size, "progress": progress_in_job}
             jobs.append(Job(name, run_job, (r, where, ev), kw))
         else:
@@ -513,7 +528,8 @@ def collect_baselines(out_dir: str | Path) -> dict:
     (``missing``: not run, still running, or killed), never dropped silently.
 
     Raises:
-        ConfigError: `out_dir` holds no sweep (no ``sweep.json``).
+        ConfigError: `out_dir` holds no sweep (no ``sweep.json``), or a file of it is not a
+            regular file (a FIFO).
     """
     out_dir = Path(out_dir)
     sweep = _read_json(out_dir / "sweep.json")

@@ -104,7 +104,7 @@ def _build(
     path.mkdir(parents=True, exist_ok=True)
     for tmp in temporaries(path / "scenes.npy"):  # a build that was killed (tens of GB)
         if not owner_alive(tmp):
-            remove(tmp)
+            remove(tmp, root=path, link=True)
     old = path / "scenes.npy"
     free = shutil.disk_usage(path).free + (old.stat().st_size if old.is_file() else 0)
     if need > free:
@@ -112,7 +112,7 @@ def _build(
             f"a render cache of {need / 2**30:.1f} GiB does not fit in {path} "
             f"({free / 2**30:.1f} GiB free); set train.render_cache to another folder"
         )
-    (path / "header.json").unlink(missing_ok=True)  # the header marks a complete cache
+    remove(path / "header.json", root=path, link=True)  # the header marks a complete cache
     with atomic_path(path / "scenes.npy") as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, *shape))
         bar = tqdm(

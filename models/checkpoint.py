@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from curi.atomic import atomic_path, write_text
+from curi.atomic import atomic_path, remove, write_text
 from curi.errors import ConfigError
 
 __all__ = [
@@ -156,8 +156,8 @@ class MetricLogger:
         path = run_dir / "metrics.jsonl"
         if resume_step is None:
             for old in self._tb_dir.glob(f"{EVENTS}*"):
-                old.unlink()
-            path.unlink(missing_ok=True)
+                remove(old, root=run_dir, link=True)
+            remove(path, root=run_dir, link=True)
         else:
             self._purge = resume_step + 1
             if path.is_file():

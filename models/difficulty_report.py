@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from curi import validate
-from curi.atomic import write_text
+from curi.atomic import atomic_path, write_text
 from curi.concepts import parse
 from curi.divergence import DivergenceIndex
 from curi.episodes import EpisodeSampler
@@ -386,8 +386,7 @@ def _plot(rows: list[dict], path: Path) -> Path:
         ax.set_ylabel("weak oracle AP")
     axes[0][0].legend(fontsize=6, markerscale=2)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    tmp.replace(path)
     return path

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from curi.atomic import remove
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
@@ -402,7 +403,7 @@ def _start_clean(run_dir: Path) -> None:
             "(its metrics and TensorBoard events are replaced)",
             run_dir,
         )
-    (run_dir / "checkpoints" / "best.pt").unlink(missing_ok=True)
+    remove(run_dir / "checkpoints" / "best.pt", root=run_dir, link=True)
 
 
 def _finished(fit: _Fit) -> dict:

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from curi.atomic import atomic_path, write_text
+from curi.atomic import atomic_path, remove, write_text
 from curi.errors import ConfigError, SplitError
 from curi.jobs import Launcher
+from curi.paths import read_text
 from curi.splits import PAPER_SPLITS, make_split
 
 __all__ = [
@@ -109,8 +110,9 @@ def divergence_curve(
         ``failed`` (targets the generator could not reach, and jobs that failed, with the
         message), ``max_dc`` per seed, ``correlations`` and ``seconds``.
     """
-    if out_dir is None:  # the points in a temporary folder, gone with it
-        with tempfile.TemporaryDirectory(prefix="curi-curve-") as tmp:
+    if out_dir is None:  # the points in a temporary folder of this call, removed after it
+        tmp = Path(tempfile.mkdtemp(prefix="curi-curve-"))
+        try:
             return divergence_curve(
                 bank,
                 mcd=mcd,
@@ -126,6 +128,8 @@ def divergence_curve(
                 out_dir=tmp,
                 launcher=launcher,
             )
+        finally:
+            remove(tmp, root=tmp.parent)
     t0 = time.perf_counter()
     launcher = launcher or Launcher()
     out = Path(out_dir)
@@ -163,10 +167,15 @@ def _point_path(out: Path, name: str) -> Path:
 
 
 def _read_point(out: Path, name: str, common: Mapping) -> dict | None:
-    """A point written with the same settings, or None."""
+    """A point written with the same settings, or None.
+
+    Raises:
+        ConfigError: the point's file is not a regular file (a FIFO).
+    """
+    text = read_text(_point_path(out, name), "curve point", missing_ok=True)
     try:
-        point = json.loads(_point_path(out, name).read_text())
-    except (OSError, ValueError):
+        point = json.loads(text or "")
+    except ValueError:
         return None
     mine = {k: v for k, v in common.items() if k not in ("workers", "split_dir")}
     return point if point.get("settings") == mine else None
@@ -229,12 +238,14 @@ def collect_curve(out_dir: str | Path, *, model_results: Mapping[str, float] | N
     returns it); a point that is missing or failed is listed in ``failed``.
 
     Raises:
-        ConfigError: `out_dir` holds no curve (no ``points/plan.json``).
+        ConfigError: `out_dir` holds no curve (no ``points/plan.json``), or a file of it is
+            not a regular file (a FIFO).
     """
     out = Path(out_dir)
+    text = read_text(out / "points" / "plan.json", "curve plan", missing_ok=True)
     try:
-        plan = json.loads((out / "points" / "plan.json").read_text())
-    except (OSError, ValueError) as e:
+        plan = json.loads(text or "")
+    except ValueError as e:
         raise ConfigError(f"{out} holds no divergence curve (no points/plan.json)") from e
     rows, failed = [], []
     for name in plan["points"]:

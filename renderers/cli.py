@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from curi import validate
 from curi.core_cli import job_launcher, open_bank_from_config, split_from_config
 from curi.errors import ConfigError
-from curi.export_parts import check_jobs, staging_folder
+from curi.export_parts import check_jobs, check_staging
 from curi.renderers import get_renderer
 from curi.renderers.rerender import default_workers, render_episode_file
 from curi.renderers.sheet import write_episode_page
@@ -132,7 +132,7 @@ def render_episodes(cfg: DictConfig) -> None:
     opts = OmegaConf.to_container(cfg.modality, resolve=True)
     launcher = None
     if jobs > 1:  # ranges of episodes rendered by jobs where hydra/launcher=NAME says
-        launcher = job_launcher(staging_folder(Path(cfg.out)))
+        launcher = job_launcher(check_staging(Path(cfg.out)))
         if launcher.in_process:  # elsewhere each job has the threads of its cores
             launcher = dataclasses.replace(launcher, threads=cfg.get("threads"))
     index = render_episode_file(

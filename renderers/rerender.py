@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from curi.atomic import atomic_dir, atomic_path, remove, write_text
+from curi.errors import CuriError
 from curi.export import EpisodeFileError, count_episodes, read_episode_file
 from curi.export_parts import (
     Part,
@@ -269,7 +270,7 @@ def render_episode_file(
     }
     write_text(out / "index.json", json.dumps(index, indent=1))
     if jobs > 1:
-        remove(staging_folder(out))
+        remove(staging_folder(out), root=out.parent)
     log.info("re-rendered %d episodes as %s into %s", len(entries), renderer.name, out)
     return out / "index.json"
 
@@ -285,8 +286,13 @@ def _render_in_jobs(
     launcher,
 ) -> list[dict]:
     """Render episodes 0..total-1 of `path` into `out` in `jobs` jobs of ranges (the parts
-    earlier calls with the same settings finished are reused), then write `METADATA` from the
-    parts, in order; returns the index entries."""
+    earlier calls with the same settings finished, their files unchanged, are reused), then
+    write `METADATA` from the parts, in order, each checked again first; returns the index
+    entries.
+
+    Raises:
+        CuriError: a part that changed after its job was checked.
+    """
     import dataclasses
 
     from curi.jobs import Job, Launcher
@@ -308,7 +314,7 @@ def _render_in_jobs(
         "episodes": total,
         "jobs": min(jobs, total),
     }
-    parts = plan_parts(parts_folder(out, settings), total, jobs)
+    parts = plan_parts(parts_folder(out, settings), total, jobs, tar=False)
     launcher = launcher or Launcher("basic")
     if launcher.folder is None:
         launcher = dataclasses.replace(launcher, folder=staging_folder(out))
@@ -326,6 +332,11 @@ def _render_in_jobs(
             table = stack.enter_context(open(stack.enter_context(atomic_path(out / METADATA)), "w"))
         for part in parts:
             meta = part.marker()
+            if meta is None:
+                raise CuriError(
+                    f"render {path} into {out}: {part.name} changed after it was checked (its "
+                    "marker or files); run the same command again to redo it"
+                )
             entries += meta["entries"]
             if table is not None:
                 table.write(meta["rows"])
@@ -335,14 +346,18 @@ def _render_in_jobs(
 def _render_range(renderer: Renderer, path: Path, out: Path, with_files: bool, part: Part) -> int:
     """A job of `render_episode_file`: episodes ``part.start..part.stop-1`` of `path` rendered
     into `out` (here, with the torch threads the launcher set), their index entries and
-    `METADATA` rows kept in the part's completion marker."""
+    `METADATA` rows kept in the part's completion marker with the size and SHA-256 of every
+    file they wrote."""
     episodes = read_episode_file(path, start=part.start, limit=part.stop)
-    entries, rows = [], []
+    entries, rows, files = [], [], []
     for k, ep in enumerate(episodes, part.start):
         entry, row = _render_episode(renderer, path, out, k, ep, with_files)
         entries.append(entry)
         rows.append(row)
-    part.finish(entries=entries, rows="".join(rows))
+        files.append(out / entry["npz"])
+        if entry["files"]:
+            files += sorted(p for p in (out / entry["files"]).iterdir() if p.is_file())
+    part.finish(files, entries=entries, rows="".join(rows))
     return len(entries)
 
 

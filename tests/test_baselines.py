@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import run_curi
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import curi.models.baselines as baselines_mod
-from curi.errors import ConfigError
+from curi.errors import ConfigError, RemovalError
 from curi.models import cli as models_cli
 from curi.models.baseline_table import baseline_table, table_markdown
 from curi.models.baselines import parse_baselines, plan_runs
@@ -324,3 +326,54 @@ def test_table_averages_seeds_and_marks_what_the_paper_lacks():
     assert "| mcd | – | 30.0 (n/a) | n/a | n/a | n/a |" in md
     assert lang["oracle_prior"] == 0.1
     assert "| lang | boolean | 45.0 ± 7.1 | 51.1 ± 1.4 | -6.1 |" in md
+
+
+@pytest.mark.parametrize("link", ["configuration", "run"])
+def test_force_never_deletes_through_a_symlink(tiny_bank_dir, tmp_path, link):
+    """`force=true` empties a run folder made with other settings only inside the sweep's
+    folder: a symlinked configuration folder (``runs/<cfg>``) or run folder is refused in one
+    line before anything runs, and the folder it points to is kept."""
+    out, victim = tmp_path / "bl", tmp_path / "victim"
+    run = victim / "concept_iid" / "seed0" if link == "configuration" else victim
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"run": "made with other settings"}')
+    (run / "precious.txt").write_text("keep")
+    where = out / "runs" / "rn" if link == "configuration" else out / "runs/rn/concept_iid/seed0"
+    where.parent.mkdir(parents=True)
+    where.symlink_to(victim)
+    with pytest.raises(RemovalError, match="will not delete") as e:
+        models_cli.baselines(_small(tiny_bank_dir, out, "only=[rn]", "force=true"))
+    assert "\n" not in str(e.value)
+    assert sorted(p.name for p in run.iterdir()) == ["precious.txt", "run.json"]
+
+
+def _one_line(r, *words: str) -> None:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+def test_a_fifo_in_a_sweep_folder_is_one_line_not_a_hang(tmp_path):
+    """Each command in a process of its own, stopped after 60 s: a FIFO in place of
+    ``sweep.json`` or a run's ``result.json`` is refused, never read (it would block)."""
+    out = tmp_path / "O"
+    out.mkdir()
+    os.mkfifo(out / "sweep.json")
+    r = run_curi("baselines", "collect", f"output_dir={out}", cwd=tmp_path, timeout=60)
+    _one_line(r, "sweep.json", "is a FIFO, not a regular file")
+    (out / "sweep.json").unlink()
+    runs = [{"name": "rn/concept_iid/seed0", "dir": "runs/rn"}]
+    (out / "sweep.json").write_text(json.dumps({"settings": {}, "runs": runs, "oracles": []}))
+    (out / "runs" / "rn").mkdir(parents=True)
+    os.mkfifo(out / "runs" / "rn" / "result.json")
+    r = run_curi("baselines", "collect", f"output_dir={out}", cwd=tmp_path, timeout=60)
+    _one_line(r, "result.json", "is a FIFO, not a regular file")
+
+
+def test_a_fifo_run_json_is_one_line_not_a_hang(tiny_bank_dir, tmp_path):
+    out = tmp_path / "O"
+    (out / "runs" / "rn" / "concept_iid" / "seed0").mkdir(parents=True)
+    os.mkfifo(out / "runs" / "rn" / "concept_iid" / "seed0" / "run.json")
+    args = [*TINY, SMALL, f"data_dir={tiny_bank_dir.parent}", f"output_dir={out}", "only=[rn]"]
+    r = run_curi("baselines", *args, cwd=tmp_path, timeout=60)
+    _one_line(r, "run.json", "is a FIFO, not a regular file")

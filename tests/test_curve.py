@@ -4,6 +4,7 @@ end on the tiny bank (splits made to order, oracles, table, plot, saved split fi
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -85,3 +86,23 @@ def test_the_command(tiny_bank_dir, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "curve.md").is_file() and (out / "curve.png").is_file()
     assert "Pearson" in r.stdout
+
+
+def test_a_fifo_in_a_curve_folder_is_one_line_not_a_hang(tmp_path):
+    """`curi curve collect` in a process of its own, stopped after 60 s: a FIFO in place of
+    the plan or of a point's file is refused, never read (it would block)."""
+    points = tmp_path / "C" / "points"
+    points.mkdir(parents=True)
+    os.mkfifo(points / "plan.json")
+    _collect_refuses(points.parent, "plan.json")
+    (points / "plan.json").unlink()
+    (points / "plan.json").write_text(json.dumps({"settings": {}, "points": ["p0"]}))
+    os.mkfifo(points / "p0.json")
+    _collect_refuses(points.parent, "p0.json")
+
+
+def _collect_refuses(out, fifo: str) -> None:
+    r = run_curi("curve", "collect", f"output_dir={out}", cwd=out.parent, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert fifo in lines[0] and "is a FIFO, not a regular file" in lines[0]

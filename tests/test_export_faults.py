@@ -397,3 +397,28 @@ def test_a_killed_export_with_workers_leaves_no_lock_held(
             assert time.monotonic() < deadline, f"the lock is still held 20 s after the kill: {e}"
             time.sleep(0.2)
     assert _read(out) == _episodes(tiny_bank, split, n=3, seed=0)
+
+
+@pytest.mark.parametrize(
+    "order", [[1, 0, 2], [0, 1, 1], [0, 2], [1, 2]], ids=["moved", "repeated", "gap", "first"]
+)
+def test_episodes_out_of_order_are_refused_in_one_line(tiny_bank, split, tmp_path, order):
+    """An export holds episodes 0..n-1 in order: a file (here without a card to check it
+    against) with one moved, repeated or missing is refused at the first out of place."""
+    eps = _episodes(tiny_bank, split, 3, 0)
+    path = tmp_path / "eps.jsonl"
+    path.write_text("".join(json.dumps(eps[i]) + "\n" for i in order))
+    with pytest.raises(EpisodeFileError, match=r"episode index \d where \d belongs") as e:
+        list(read_episode_file(path))
+    assert "\n" not in str(e.value)
+
+
+def test_a_shard_read_alone_runs_on_from_its_first_episode(tar_export, tmp_path):
+    """A shard of an export (episodes 2..3) is read by itself, beside its card or copied
+    elsewhere without it: its indices run on from its first episode, not from 0."""
+    shard = tar_export.parent / "eps-00001.tar"
+    assert [ep["index"] for ep in read_episode_file(shard)] == [2, 3]
+    alone = tmp_path / "alone" / "eps-00001.tar"
+    alone.parent.mkdir()
+    shutil.copy(shard, alone)
+    assert [ep["index"] for ep in read_episode_file(alone)] == [2, 3]

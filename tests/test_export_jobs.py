@@ -227,3 +227,142 @@ def test_cli_a_failed_job_ends_in_one_error_line(tiny_bank_dir, tmp_path, capsys
     assert err[-1].startswith(f"curi episodes: error: out={out}: job part-00001 (episodes 2..3)")
     assert "failed: RuntimeError: the renderer ran out of memory" in err[-1]
     assert not out.exists() and len(list(staging_folder(out).rglob("*.done"))) == 1
+
+
+# --- the staging folder is the command's own; parts are checked before they are published -----
+def _victim(tmp_path):
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "keep.txt").write_text("x")
+    return victim
+
+
+def test_a_symlinked_staging_folder_is_refused_and_its_target_kept(tiny_bank, split, tmp_path):
+    victim, out = _victim(tmp_path), tmp_path / "O" / "eps.jsonl"
+    out.parent.mkdir()
+    staging_folder(out).symlink_to(victim)
+    with pytest.raises(ConfigError, match="is a symlink") as e:
+        _export(tiny_bank, split, out, n=6, jobs=3)
+    assert "\n" not in str(e.value)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt", "sub"]
+    assert not out.exists()
+
+
+def test_a_staging_path_that_is_a_file_is_one_line(tiny_bank_dir, tmp_path, capsys, monkeypatch):
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "eps.jsonl"
+    staging_folder(out).write_text("x")
+    args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=6", f"out={out}", "jobs=3"]
+    with pytest.raises(SystemExit) as e:
+        main(["episodes", *args, "progress=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1
+    assert err[0].startswith("curi episodes: error: the staging folder") and "is a file" in err[0]
+    assert staging_folder(out).read_text() == "x" and not out.exists()
+
+
+def _parts_left(tiny_bank, split, out, monkeypatch) -> list:
+    """Parts 0 and 2 of a 5-episode export in 3 jobs left finished by a run whose job 1
+    failed; returns the folder's part markers' paths, in order."""
+    _recording(monkeypatch, fail=1)
+    with pytest.raises(CuriError, match="part-00001"):
+        _export(tiny_bank, split, out, jobs=3)
+    return sorted(staging_folder(out).rglob("part-*.done"))
+
+
+def _fix_size(done, size: int) -> None:
+    """Set the size a marker records for its tar (either format), leaving the rest."""
+    meta = json.loads(done.read_text())
+    if "bytes" in meta:
+        meta["bytes"] = size
+    for record in meta.get("files", {}).values():
+        record["bytes"] = size
+    done.write_text(json.dumps(meta))
+
+
+def _flip(part, done):
+    data = bytearray(part.read_bytes())
+    at = data.index(b'"support_labels": [') + len(b'"support_labels": [')
+    data[at : at + 1] = b"0" if data[at : at + 1] == b"1" else b"1"  # a label 1 -> 0
+    part.write_bytes(bytes(data))
+
+
+def _swap(part, done):  # another part's tar in its place, its size recorded
+    other = part.with_name("part-00002.tar").read_bytes()
+    part.write_bytes(other)
+    _fix_size(done, len(other))
+
+
+def _truncate(part, done):
+    part.write_bytes(part.read_bytes()[:700])
+    _fix_size(done, 700)
+
+
+def _junk(part, done):
+    part.write_bytes(b"junk" * 300)
+    _fix_size(done, 1200)
+
+
+def _deep(part, done):
+    done.write_text("[" * 200_000)
+
+
+def _old_marker(part, done):  # a marker of the format before digests: range and size only
+    done.write_text(json.dumps({"start": 0, "stop": 1, "bytes": part.stat().st_size}))
+
+
+@pytest.mark.parametrize("tamper", [_flip, _swap, _truncate, _junk, _deep, _old_marker])
+def test_a_changed_part_is_redone_not_published(tiny_bank, split, tmp_path, monkeypatch, tamper):
+    one = _export(tiny_bank, split, tmp_path / "one" / "eps.tar")
+    out = tmp_path / "jobs" / "eps.tar"
+    first = _parts_left(tiny_bank, split, out, monkeypatch)[0]
+    tamper(first.with_suffix(".tar"), first)
+    calls = _recording(monkeypatch)
+    again = _export(tiny_bank, split, out, jobs=3)
+    assert calls == [0, 1]  # the changed part is redone with the failed one
+    assert _bytes(again) == _bytes(one)
+
+
+def test_a_forged_part_with_a_valid_marker_is_refused_in_one_line(
+    tiny_bank, split, tmp_path, monkeypatch
+):
+    """Another part's episodes under a marker rewritten to match them: the digest agrees, so
+    publishing reads the episodes' keys and stops at the first out of place."""
+    from curi.export_parts import Part
+
+    out = tmp_path / "eps.jsonl"
+    first = _parts_left(tiny_bank, split, out, monkeypatch)[0]
+    tar = first.with_suffix(".tar")
+    tar.write_bytes(tar.with_name("part-00002.tar").read_bytes())
+    Part(first.parent, 0, 0, 1).finish(episodes=2)
+    _recording(monkeypatch)
+    with pytest.raises(CuriError, match="part-00000 .*holds episode 00000003 where 0 belongs") as e:
+        _export(tiny_bank, split, out, jobs=3)
+    assert "\n" not in str(e.value) and not out.exists()
+    calls = _recording(monkeypatch)
+    again = _export(tiny_bank, split, out, jobs=3)  # as the message says: redone
+    single = _export(tiny_bank, split, tmp_path / "single" / "eps.jsonl")
+    assert calls == [0] and _bytes(again) == _bytes(single)
+
+
+def test_a_fifo_marker_redoes_its_part_without_blocking(
+    tiny_bank, tiny_bank_dir, split, tmp_path, monkeypatch
+):
+    """The command in a process of its own, stopped after 60 s: a FIFO in place of a part's
+    marker is read without waiting for a writer, and its part redone."""
+    import os
+
+    one = _export(tiny_bank, split, tmp_path / "one" / "eps.tar")
+    out = tmp_path / "cli" / "eps.tar"
+    first = _parts_left(tiny_bank, split, out, monkeypatch)[0]
+    first.unlink()
+    os.mkfifo(first)
+    args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "split=counting", "n=5"]
+    r = run_curi(
+        "episodes", *args, "shard_size=2", f"out={out}", "jobs=3", "progress=false",
+        cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == _bytes(one)

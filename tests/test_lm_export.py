@@ -6,11 +6,15 @@ prompt longer than a context refused; and the README's `curi lm export` command 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_curi
 
 from curi.errors import BankError, ConfigError, TextFormatError
 from curi.executor import BitScenes, execute
@@ -166,3 +170,64 @@ def test_curi_lm_alone_lists_its_subcommands(capsys):
     lm(None)
     out = capsys.readouterr().out
     assert "lm export " in out and "lm compare " in out and "--help" in out
+
+
+def _names(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_an_export_replaces_the_earlier_export_in_its_folder_as_a_whole(tiny_bank, tmp_path):
+    """A second export to a folder leaves no task of the first (its YAML would still be tagged
+    ``curi_tasks``), keeps a user's file, even one the old manifest names, and leaves no
+    staging, list or lock behind."""
+    out = tmp_path / "T"
+    splits = [make_split(tiny_bank, s) for s in ("concept_iid", "counting")]
+    export_tasks(tiny_bank, splits, out, n=1, progress=False)
+    (out / "notes.txt").write_text("mine")
+    manifest = json.loads((out / lm_task.MANIFEST).read_text())
+    manifest["tasks"]["curi_x"] = {"split_file": "notes.txt"}
+    (out / lm_task.MANIFEST).write_text(json.dumps(manifest))
+    export_tasks(tiny_bank, [make_split(tiny_bank, "boolean")], out, n=1, progress=False)
+    assert _names(out) == [
+        "curi.yaml",
+        "curi_boolean_hard.docs.jsonl.gz",
+        "curi_boolean_hard.episodes.jsonl.gz",
+        "curi_boolean_hard.yaml",
+        "curi_boolean_split.json",
+        "curi_tasks.json",
+        "notes.txt",
+        "utils.py",
+    ]
+    assert set(lm_task.read_manifest(out)["tasks"]) == {"curi_boolean_hard"}
+
+
+def test_an_export_is_locked_and_refuses_a_file_in_one_line(tiny_bank, tmp_path):
+    from curi.atomic import exclusive
+
+    split, out = make_split(tiny_bank, "counting"), tmp_path / "T"
+    with exclusive(out / lm_task.MANIFEST, what="another export", error=ConfigError):
+        with pytest.raises(ConfigError, match="being written by another process") as e:
+            export_tasks(tiny_bank, [split], out, n=1, progress=False)
+    assert "\n" not in str(e.value) and not (out / lm_task.MANIFEST).exists()
+    (tmp_path / "F").write_text("x")
+    with pytest.raises(ConfigError, match=r"out=.*F is a file, not a folder"):
+        export_tasks(tiny_bank, [split], tmp_path / "F", n=1, progress=False)
+
+
+def test_a_fifo_manifest_is_one_line_not_a_hang(tiny_bank, tiny_bank_dir, tmp_path):
+    """`curi lm compare` and lm-eval's loading of the task (its ``utils.load_documents``, as
+    ``--include_path`` does), each in a process of its own stopped after 60 s: a FIFO in
+    place of ``curi_tasks.json`` is refused, never read (it would block)."""
+    out = tmp_path / "T"
+    export_tasks(tiny_bank, [make_split(tiny_bank, "counting")], out, n=1, progress=False)
+    (out / lm_task.MANIFEST).unlink()
+    os.mkfifo(out / lm_task.MANIFEST)
+    bank = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}"]
+    r = run_curi("lm", "compare", *bank, f"tasks={out}", "results=R", cwd=tmp_path, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert "curi_tasks.json' is a FIFO, not a regular file" in lines[0]
+    load = "import sys, utils; utils.load_documents(sys.argv[1])"
+    cmd = [sys.executable, "-c", load, "curi_counting_hard"]
+    r = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "curi_tasks.json' is a FIFO" in r.stderr.splitlines()[-1]

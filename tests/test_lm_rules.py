@@ -194,3 +194,28 @@ def test_curi_lm_rules_config_writes_the_folder(tiny_bank, tiny_bank_dir, tmp_pa
     manifest = read_rules_manifest(tmp_path / "tasks", tiny_bank)
     assert manifest["description"] == "" and manifest["theta"] == 0.9
     assert "description:" not in (tmp_path / "tasks" / "curi_rules_counting.yaml").read_text()
+
+
+def test_a_rule_export_replaces_its_earlier_one_and_keeps_an_lm_export_beside_it(
+    tiny_bank, tmp_path
+):
+    """A second rule export to a folder leaves no task of the first; the files of a `curi lm
+    export` in the same folder (they never clash) are kept."""
+    from curi.models.lm.export import export_tasks
+
+    out = tmp_path / "T"
+    export_tasks(tiny_bank, [make_split(tiny_bank, "boolean")], out, n=1, progress=False)
+    lm_files = sorted(p.name for p in out.iterdir())
+    for split in ("concept_iid", "counting"):
+        split = make_split(tiny_bank, split)
+        export_rule_tasks_lm(tiny_bank, [split], out, n=1, progress=False, **OPTIONS)
+    rules = [
+        "curi_rules.yaml",
+        "curi_rules_counting.contexts.jsonl.gz",
+        "curi_rules_counting.docs.jsonl.gz",
+        "curi_rules_counting.yaml",
+        "curi_rules_counting_split.json",
+        "curi_rules_tasks.json",
+        "curi_rules_utils.py",
+    ]
+    assert sorted(p.name for p in out.iterdir()) == sorted(lm_files + rules)

@@ -6,6 +6,8 @@ sentinel folder beside the data directory must survive ``force=true``."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from conftest import run_curi
 
 from curi import build_bank, load_bank, make_split
 from curi.errors import ConfigError, SplitError
-from curi.paths import inside, safe_name
+from curi.paths import inside, read_text, safe_name
 from curi.presets import conf_dir
 
 SMALL = {"num_scenes": 1000, "num_draws": 1000, "seed": 0, "workers": 1}  # builds in < 1 s
@@ -274,3 +276,29 @@ def test_split_name_is_never_read_as_a_path(tiny_bank, tmp_path):
             make_split(tiny_bank, name)
     with pytest.raises(SplitError, match="unknown split"):
         make_split(tiny_bank, "../../../x/evil")
+
+
+_READ_FIFO = """
+import sys
+from curi.errors import ConfigError
+from curi.paths import open_regular, read_text
+for read in (open_regular, read_text):
+    try:
+        read(sys.argv[1], "split file")
+    except ConfigError as e:
+        print(e)
+"""
+
+
+def test_reading_a_fifo_never_blocks(tmp_path):
+    """The readers open without waiting for a writer and check what they opened (a process of
+    its own, stopped after 60 s); a missing file is None when that is allowed."""
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    r = subprocess.run(
+        [sys.executable, "-c", _READ_FIFO, str(fifo)], capture_output=True, text=True, timeout=60
+    )
+    assert r.stdout.splitlines() == [f"split file {str(fifo)!r} is a FIFO, not a regular file"] * 2
+    assert read_text(tmp_path / "missing.json", "split file", missing_ok=True) is None
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_text(tmp_path / "missing.json", "split file")

@@ -12,8 +12,11 @@ from conftest import run_curi
 from PIL import Image
 from scipy import ndimage
 
+import curi.renderers.rerender as rerender
 from curi import EpisodeSampler, make_split
+from curi.errors import CuriError
 from curi.export import EpisodeFileError, export_episodes
+from curi.export_parts import staging_folder
 from curi.renderers import get_renderer
 from curi.renderers.image import ImageRenderer, save_png
 from curi.renderers.rerender import render_episode_file
@@ -28,6 +31,7 @@ from curi.renderers.sheet import (
 from curi.renderers.sound import SoundRenderer
 
 BLUE = (0, 0, 255)
+_RENDER_RANGE = rerender._render_range
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -377,3 +381,67 @@ def test_workers_keep_freed_memory_on_glibc():
 
     kept = _keep_freed_memory()
     assert kept is (platform.libc_ver()[0] == "glibc")
+
+
+def _render_jobs(monkeypatch, fail: int | None = None) -> list[int]:
+    """Record the parts the render's jobs write; the job of part `fail` raises."""
+    calls: list[int] = []
+
+    def job(renderer, path, out, with_files, part):
+        calls.append(part.number)
+        if part.number == fail:
+            raise RuntimeError("the renderer ran out of memory")
+        return _RENDER_RANGE(renderer, path, out, with_files, part)
+
+    monkeypatch.setattr(rerender, "_render_range", job)
+    return calls
+
+
+def _tree(folder) -> dict:
+    """Every file under `folder` by relative name: .npz as their arrays, others as bytes."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            if p.suffix == ".npz":
+                with np.load(p) as z:
+                    out[p.relative_to(folder).as_posix()] = {k: z[k].tolist() for k in z.files}
+            else:
+                out[p.relative_to(folder).as_posix()] = p.read_bytes()
+    return out
+
+
+def _flip_last_byte(path):
+    data = bytearray(path.read_bytes())
+    data[-30] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _label_in_marker(out):
+    done = next(staging_folder(out).rglob("part-00000.done"))
+    done.write_text(done.read_text().replace('\\"label\\": 1', '\\"label\\": 0', 1))
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda out: _flip_last_byte(out / "episode_00000.npz"),
+        lambda out: _flip_last_byte(out / "episode_00000" / "query_01.png"),
+        _label_in_marker,
+    ],
+    ids=["npz", "png", "marker"],
+)
+def test_a_changed_render_part_is_redone(exported, tmp_path, monkeypatch, tamper):
+    """Parts of a render in jobs record every file they wrote (size and SHA-256) and their
+    index rows in a marker with its own digest: a file or row changed since is redone, not
+    listed in index.json and metadata.jsonl."""
+    image = ImageRenderer(width=24, height=16)
+    render_episode_file(exported, tmp_path / "one", image, progress=False)
+    out = tmp_path / "jobs"
+    _render_jobs(monkeypatch, fail=1)
+    with pytest.raises(CuriError, match="part-00001"):
+        render_episode_file(exported, out, image, progress=False, jobs=3)
+    tamper(out)
+    calls = _render_jobs(monkeypatch)
+    render_episode_file(exported, out, image, progress=False, jobs=3)
+    assert calls == [0, 1]
+    assert _tree(out) == _tree(tmp_path / "one")

@@ -12,6 +12,7 @@ import numpy as np
 
 from curi.errors import PredictionsError
 from curi.models.lm.task import check_manifest, episode_metrics, read_manifest, read_table
+from curi.paths import read_text
 from curi.rng import derive_rng
 
 __all__ = ["ORACLES", "compare", "format_table", "oracle_items", "read_results"]
@@ -90,7 +91,8 @@ def read_results(path: str | Path) -> dict:
     """The newest lm-eval results file (``results_*.json``) at or under `path`.
 
     Raises:
-        PredictionsError: none found, or not an lm-eval results file.
+        PredictionsError: none found, not a regular file (a FIFO), or not an lm-eval results
+            file.
     """
     path = Path(path).expanduser()
     files = [path] if path.is_file() else sorted(path.rglob("results_*.json"), key=lambda p: p.name)
@@ -99,7 +101,7 @@ def read_results(path: str | Path) -> dict:
             f"no lm-eval results (results_*.json) at {path}; run lm_eval with --output_path"
         )
     try:
-        doc = json.loads(files[-1].read_text())
+        doc = json.loads(read_text(files[-1], "lm-eval results file", PredictionsError))
         if not isinstance(doc["results"], dict):
             raise TypeError("'results' is not a mapping")
     except (OSError, ValueError, KeyError, TypeError) as e:

@@ -24,7 +24,7 @@ from curi.models.lm.prompt import (
     record_text,
 )
 from curi.models.lm.prompt import scene_texts as _scene_texts
-from curi.models.lm.task import FORMAT, MANIFEST, write_table
+from curi.models.lm.task import FORMAT, MANIFEST, TaskFiles, replacing, write_table
 from curi.rng import derive_rng
 
 __all__ = ["GROUP", "export_tasks", "task_name"]
@@ -32,6 +32,10 @@ __all__ = ["GROUP", "export_tasks", "task_name"]
 log = logging.getLogger(__name__)
 
 GROUP = "curi"
+FILES = TaskFiles(
+    MANIFEST, ("utils.py", f"{GROUP}.yaml"), (".yaml", ".episodes.jsonl.gz", ".docs.jsonl.gz")
+)
+"""The files of an export in its task folder, replaced as a whole by the next export there."""
 
 _UTILS = '''"""Functions of this lm-evaluation-harness task folder, written by `curi lm export`:
 each hands this folder to `curi.models.lm.task` (curi must be installed where lm_eval runs)."""
@@ -240,6 +244,9 @@ def export_tasks(
     per query scene, and per scene of the evaluation-set sample with `eval_scenes`),
     ``curi_<split>_split.json`` (the split, for the weak oracle); ``curi.yaml`` (the group),
     ``utils.py`` and the manifest ``curi_tasks.json`` (curi version, bank digest, options).
+    They replace the files of an earlier export to `out` as a whole (`FILES`: no stale task
+    stays tagged ``curi_tasks``), under a lock; nothing else in `out` is touched
+    (`curi.models.lm.task.replacing`).
 
     Args:
         eval_scenes: also ask about this many scenes of a seeded sample of the bank's
@@ -253,11 +260,10 @@ def export_tasks(
         The manifest's path.
 
     Raises:
-        ConfigError: a bad option; SplitError: a subset without concepts;
-        EpisodeFileError, BankError: an episode file that cannot be read or is of another bank.
+        ConfigError: a bad option, `out` a file, another export to `out` running;
+        SplitError: a subset without concepts; EpisodeFileError, BankError: an episode file
+        that cannot be read or is of another bank.
     """
-    from tqdm import tqdm
-
     from curi import __version__
     from curi.errors import CuriError
     from curi.splits import make_split
@@ -265,11 +271,9 @@ def export_tasks(
     if wording not in WORDINGS:
         raise ConfigError(f"wording must be one of {WORDINGS}, got {wording!r}")
     answers = check_answers(answers)
-    folder = Path(out).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
     eval_ids = _eval_sample(bank, int(eval_scenes), seed)
     eval_text = _scene_texts(bank, eval_ids, wording) if len(eval_ids) else []
-    jobs = [(s, neg) for s in splits for neg in negatives]
+    jobs, eps = [(s, neg) for s in splits for neg in negatives], None
     if episode_file is not None:
         eps, meta = _from_file(bank, episode_file, wording)
         name = str(meta.get("split") or Path(episode_file).name.split(".")[0])
@@ -280,14 +284,72 @@ def export_tasks(
         neg = str(meta.get("negatives") or negatives[0])
         subset, n, seed = meta.get("subset", subset), len(eps), meta.get("seed", seed)
         jobs = [(split or name, neg)]
+    with replacing(out, FILES) as folder:  # the folder's earlier export replaced as a whole
+        tasks = _write_tasks(
+            bank,
+            jobs,
+            folder,
+            episodes=eps,
+            n=n,
+            seed=seed,
+            subset=subset,
+            wording=wording,
+            answers=answers,
+            eval_ids=eval_ids,
+            eval_text=eval_text,
+            progress=progress,
+        )
+        write_text(folder / "utils.py", _UTILS)
+        write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
+        manifest = {
+            "format": FORMAT,
+            "curi_version": __version__,
+            "bank": {
+                "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
+                "path": str(Path(bank.path).resolve()),
+                "digest": bank.manifest.get("manifest_sha256", "")[:16],
+            },
+            "subset": subset,
+            "seed": seed,
+            "episodes": n,
+            "wording": wording,
+            "answers": list(answers),
+            "delimiter": DELIMITER,
+            "eval_ids": eval_ids.tolist(),
+            "group": GROUP,
+            "tasks": tasks,
+        }
+        write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return Path(out).expanduser() / MANIFEST
+
+
+def _write_tasks(
+    bank,
+    jobs,
+    folder: Path,
+    *,
+    episodes: list[dict] | None,
+    n: int,
+    seed: int,
+    subset: str,
+    wording: str,
+    answers: Sequence[str],
+    eval_ids: np.ndarray,
+    eval_text: list[str],
+    progress: bool,
+) -> dict:
+    """Write the task of each (split, negatives) of `jobs` into `folder`: its episodes
+    (`episodes`, those of an episode file, else sampled) and split; returns the manifest's
+    entries of the tasks."""
+    from tqdm import tqdm
+
     tasks = {}
     for split, neg in tqdm(jobs, desc="lm tasks", unit="task", disable=not progress):
         split_name = split if isinstance(split, str) else split.name
         name = task_name(split_name, neg)
         if name in tasks:
             raise ConfigError(f"two tasks would be named {name}: give the splits distinct names")
-        if episode_file is None:
-            eps = _sampled(bank, split, subset, neg, n, seed, wording)
+        eps = episodes or _sampled(bank, split, subset, neg, n, seed, wording)
         info = {"split": split_name, "split_file": None, "negatives": neg}
         info.update(
             _write_task(
@@ -299,26 +361,4 @@ def export_tasks(
             info["split_file"] = f"{task_name(split_name, 'split')}.json"
             split.save(folder / info["split_file"], bank)
         tasks[name] = info
-    write_text(folder / "utils.py", _UTILS)
-    write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
-    manifest = {
-        "format": FORMAT,
-        "curi_version": __version__,
-        "bank": {
-            "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
-            "path": str(Path(bank.path).resolve()),
-            "digest": bank.manifest.get("manifest_sha256", "")[:16],
-        },
-        "subset": subset,
-        "seed": seed,
-        "episodes": n,
-        "wording": wording,
-        "answers": list(answers),
-        "delimiter": DELIMITER,
-        "eval_ids": eval_ids.tolist(),
-        "group": GROUP,
-        "tasks": tasks,
-    }
-    path = folder / MANIFEST
-    write_text(path, json.dumps(manifest, indent=1) + "\n")
-    return path
+    return tasks

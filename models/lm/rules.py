@@ -19,7 +19,7 @@ from pathlib import Path
 
 from curi.atomic import write_text
 from curi.errors import ConfigError
-from curi.models.lm.task import FORMAT, read_manifest, read_table, write_table
+from curi.models.lm.task import FORMAT, TaskFiles, read_manifest, read_table, replacing, write_table
 
 __all__ = [
     "DESCRIPTION",
@@ -38,6 +38,13 @@ __all__ = [
 
 GROUP = "curi_rules"
 MANIFEST = "curi_rules_tasks.json"
+FILES = TaskFiles(
+    MANIFEST,
+    ("curi_rules_utils.py", f"{GROUP}.yaml"),
+    (".yaml", ".contexts.jsonl.gz", ".docs.jsonl.gz"),
+)
+"""The files of a rule export in its task folder, replaced as a whole by the next one there
+(those of a `curi lm export` beside them are kept)."""
 #: What ends every prompt: the model's generation is the answer, as after an example's " =>".
 END = " =>"
 #: The task's lm-eval ``description`` (with ``instructions``): the answer format, which the
@@ -151,6 +158,8 @@ def export_rule_tasks_lm(
     ``<task>_split.json`` (the split: the weak hypotheses); ``curi_rules.yaml`` (the group),
     ``curi_rules_utils.py`` and the manifest ``curi_rules_tasks.json`` (curi version, bank
     digest, the sampler's settings). Beside a `curi lm export` folder's files, none clashes.
+    They replace the files of an earlier rule export to `out` as a whole (`FILES`), under a
+    lock; nothing else in `out` is touched (`curi.models.lm.task.replacing`).
 
     Args:
         instructions: state the answer format in the task's ``description`` (`DESCRIPTION`).
@@ -163,79 +172,110 @@ def export_rule_tasks_lm(
         The manifest's path.
 
     Raises:
-        ConfigError: a bad option, two splits of one name; SplitError: a subset without
-            concepts.
+        ConfigError: a bad option, two splits of one name, `out` a file, another rule export
+            to `out` running; SplitError: a subset without concepts.
     """
-    from tqdm import tqdm
-
     from curi import __version__
     from curi.renderers.text import TextRenderer
-    from curi.tasks import RuleTaskSampler, class_mix
+    from curi.tasks import RuleTaskSampler
 
-    folder = Path(out).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
     text = TextRenderer(bank)
-    tasks: dict[str, dict] = {}
-    settings: dict = {}
-    for split in splits:
-        name = rules_task_name(split.name)
-        if name in tasks:
-            raise ConfigError(f"two tasks would be named {name}: give the splits distinct names")
-        sampler = RuleTaskSampler(bank, split, subset, size=n, **sampler_options)
-        settings = {k: v for k, v in sampler.settings().items() if k not in ("split", "size")}
-        contexts, docs, dicts, chars = [], [], [], []
-        for i in tqdm(range(n), desc=name, unit="task", disable=not progress):
-            t = sampler[i].to_dict()
-            dicts.append(t)
-            rows = text.rows(t)
-            head = rows[0]["input"].rpartition("request: ")[0] if rows else ""
-            gold = [{k: r.get(k) for k in ("kind", "reply", "qualifier", "label")}
-                    for r in t["requests"]]  # fmt: skip
-            contexts.append(
-                {"index": t["index"], "concept": t["concept"], "context": head,
-                 "requests": gold, "worlds": t["worlds"]}
-            )  # fmt: skip
-            for row in rows:
-                ask = row["input"][len(head) :]
-                docs.append(
-                    {"task": name, "index": t["index"], "position": i,
-                     "request": row["request"], "kind": row["kind"], "ask": ask,
-                     "target": row["target"]}
-                )  # fmt: skip
-                chars.append(len(row["input"]) + len(END))
-        size = write_table(folder / f"{name}.contexts.jsonl.gz", contexts)
-        size += write_table(folder / f"{name}.docs.jsonl.gz", docs)
-        write_text(folder / f"{name}.yaml", _task_yaml(name, instructions, max_gen_toks))
-        split.save(folder / f"{name}_split.json", bank)
-        tasks[name] = {
-            "split": split.name,
-            "split_file": f"{name}_split.json",
-            "tasks": n,
-            "documents": len(docs),
-            "bytes": int(size),
-            "prompt_chars_max": max(chars, default=0) + (len(DESCRIPTION) if instructions else 0),
-            "mix": class_mix(dicts),
+    with replacing(out, FILES) as folder:  # the folder's earlier export replaced as a whole
+        tasks: dict[str, dict] = {}
+        settings: dict = {}
+        for split in splits:
+            name = rules_task_name(split.name)
+            if name in tasks:
+                raise ConfigError(
+                    f"two tasks would be named {name}: give the splits distinct names"
+                )
+            sampler = RuleTaskSampler(bank, split, subset, size=n, **sampler_options)
+            settings = {k: v for k, v in sampler.settings().items() if k not in ("split", "size")}
+            tasks[name] = _write_rule_task(
+                bank,
+                sampler,
+                name,
+                folder,
+                text,
+                n=n,
+                instructions=instructions,
+                max_gen_toks=max_gen_toks,
+                progress=progress,
+            )
+        utils = _UTILS + "".join(_AGG.format(m=m) for m in METRICS)
+        write_text(folder / "curi_rules_utils.py", utils)
+        write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
+        manifest = {
+            "format": FORMAT,
+            "kind": "rules",
+            "curi_version": __version__,
+            "bank": {
+                "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
+                "path": str(Path(bank.path).resolve()),
+                "digest": bank.manifest.get("manifest_sha256", "")[:16],
+            },
+            **settings,
+            "description": DESCRIPTION if instructions else "",
+            "end": END,
+            "group": GROUP,
+            "tasks": tasks,
         }
-    write_text(folder / "curi_rules_utils.py", _UTILS + "".join(_AGG.format(m=m) for m in METRICS))
-    write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
-    manifest = {
-        "format": FORMAT,
-        "kind": "rules",
-        "curi_version": __version__,
-        "bank": {
-            "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
-            "path": str(Path(bank.path).resolve()),
-            "digest": bank.manifest.get("manifest_sha256", "")[:16],
-        },
-        **settings,
-        "description": DESCRIPTION if instructions else "",
-        "end": END,
-        "group": GROUP,
-        "tasks": tasks,
+        write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return Path(out).expanduser() / MANIFEST
+
+
+def _write_rule_task(
+    bank,
+    sampler,
+    name: str,
+    folder: Path,
+    text,
+    *,
+    n: int,
+    instructions: bool,
+    max_gen_toks: int,
+    progress: bool,
+) -> dict:
+    """Write the rule task `name` (tasks 0..n-1 of `sampler`, as `text` renders them) into
+    `folder`: its contexts, documents, YAML and split; returns its manifest entry."""
+    from tqdm import tqdm
+
+    from curi.tasks import class_mix
+
+    split = sampler.split
+    contexts, docs, dicts, chars = [], [], [], []
+    for i in tqdm(range(n), desc=name, unit="task", disable=not progress):
+        t = sampler[i].to_dict()
+        dicts.append(t)
+        rows = text.rows(t)
+        head = rows[0]["input"].rpartition("request: ")[0] if rows else ""
+        gold = [{k: r.get(k) for k in ("kind", "reply", "qualifier", "label")}
+                for r in t["requests"]]  # fmt: skip
+        contexts.append(
+            {"index": t["index"], "concept": t["concept"], "context": head,
+             "requests": gold, "worlds": t["worlds"]}
+        )  # fmt: skip
+        for row in rows:
+            ask = row["input"][len(head) :]
+            docs.append(
+                {"task": name, "index": t["index"], "position": i,
+                 "request": row["request"], "kind": row["kind"], "ask": ask,
+                 "target": row["target"]}
+            )  # fmt: skip
+            chars.append(len(row["input"]) + len(END))
+    size = write_table(folder / f"{name}.contexts.jsonl.gz", contexts)
+    size += write_table(folder / f"{name}.docs.jsonl.gz", docs)
+    write_text(folder / f"{name}.yaml", _task_yaml(name, instructions, max_gen_toks))
+    split.save(folder / f"{name}_split.json", bank)
+    return {
+        "split": split.name,
+        "split_file": f"{name}_split.json",
+        "tasks": n,
+        "documents": len(docs),
+        "bytes": int(size),
+        "prompt_chars_max": max(chars, default=0) + (len(DESCRIPTION) if instructions else 0),
+        "mix": class_mix(dicts),
     }
-    path = folder / MANIFEST
-    write_text(path, json.dumps(manifest, indent=1) + "\n")
-    return path
 
 
 def read_rules_manifest(folder: str | Path, bank=None) -> dict:

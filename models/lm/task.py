@@ -7,20 +7,35 @@ episode, then their mean)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from curi.atomic import atomic_path
-from curi.errors import BankError, ConfigError
+from curi.atomic import (
+    atomic_path,
+    exclusive,
+    owner_alive,
+    remove,
+    rename_into,
+    temporaries,
+    temporary_name,
+    write_text,
+)
+from curi.errors import BankError, ConfigError, CuriError
 from curi.models.lm.prompt import REQUEST
+from curi.paths import open_regular, read_text
 
 __all__ = [
     "MANIFEST",
+    "TaskFiles",
     "aggregate_ap",
     "aggregate_cba",
     "aggregate_eval_ap",
@@ -31,6 +46,7 @@ __all__ = [
     "process_results",
     "read_manifest",
     "read_table",
+    "replacing",
     "write_table",
 ]
 
@@ -39,8 +55,12 @@ FORMAT = 1
 
 
 def read_table(path: Path) -> list[dict]:
-    """The rows of a ``.jsonl.gz`` table of a task folder."""
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    """The rows of a ``.jsonl.gz`` table of a task folder (never blocking on a FIFO).
+
+    Raises:
+        ConfigError: the table is missing or not a regular file.
+    """
+    with open_regular(path, "task table") as raw, gzip.open(raw, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -55,7 +75,98 @@ def write_table(path: Path, rows) -> int:
 
 @lru_cache(maxsize=16)
 def _manifest(path: str, stamp: int) -> dict:
-    return json.loads(Path(path).read_text())
+    return json.loads(read_text(path, "manifest"))
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    """The files one kind of export writes in a task folder (`curi lm export`'s or `curi lm
+    rules`'), as its manifest names them: `fixed` names, and per task ``<task><suffix>`` for
+    each of `suffixes` and its ``split_file``."""
+
+    manifest: str
+    fixed: tuple[str, ...]
+    suffixes: tuple[str, ...]
+
+    def named_by(self, manifest: object) -> set[str]:
+        """The names of the files the export `manifest` (its JSON) wrote."""
+        tasks = manifest.get("tasks") if isinstance(manifest, dict) else None
+        names = {self.manifest, *self.fixed}
+        for task, info in tasks.items() if isinstance(tasks, dict) else ():
+            names |= {f"{task}{suffix}" for suffix in self.suffixes}
+            if isinstance(info, dict) and isinstance(info.get("split_file"), str):
+                names.add(info["split_file"])
+        return names
+
+    def owns(self, name: object) -> bool:
+        """Whether `name` is a plain name of a form this kind of export writes (a fixed name,
+        or ``curi_...`` with a task's suffix or ``_split.json``): a manifest or list that
+        names a user's file never gets it removed."""
+        if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+            return False
+        ends = (*self.suffixes, "_split.json")
+        return name in (self.manifest, *self.fixed) or (
+            name.startswith("curi_") and name.endswith(ends)
+        )
+
+
+@contextmanager
+def replacing(out: str | Path, files: TaskFiles) -> Iterator[Path]:
+    """Replace one kind of export in the task folder `out` as a whole: yield an empty staging
+    folder inside it to write every file into, the manifest too; when the block ends without
+    error, the files of the earlier export of that kind (those its manifest names) are
+    replaced by the new ones, so no stale task stays tagged in the folder, and nothing else
+    there is touched (a user's files, the other kind's tasks). The whole runs under a lock
+    (`curi.atomic.exclusive`); the manifest is removed first and published last, and a hidden
+    list ``.<manifest>.publishing`` names every file being replaced until then, so a kill
+    leaves a folder without a manifest whose files the next export knows to replace.
+
+    Raises:
+        ConfigError: `out` is a file, or another export of that kind to it is running.
+    """
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"out={out} is a file, not a folder; give the task folder to write")
+    folder.mkdir(parents=True, exist_ok=True)
+    with exclusive(folder / files.manifest, what=f"out={out}", error=ConfigError):
+        new = folder / f"{files.manifest}.new"
+        for old in temporaries(new):
+            if not owner_alive(old):  # a killed export's (or this process's own)
+                remove(old, root=folder, link=True)
+        stage = temporary_name(new)
+        stage.mkdir()
+        try:
+            yield stage
+            _publish(folder, stage, files)
+        finally:
+            remove(stage, root=folder, link=True)
+
+
+def _publish(folder: Path, stage: Path, files: TaskFiles) -> None:
+    """Move the files of `stage` into `folder`, replacing the earlier export's (`replacing`)."""
+    pending = folder / f".{files.manifest}.publishing"
+    new = {p.name for p in stage.iterdir()}
+    old = _owned(folder, files, pending)
+    write_text(pending, json.dumps(sorted(old | new)))
+    remove(folder / files.manifest, root=folder, link=True)
+    for name in sorted(new - {files.manifest}):
+        rename_into(stage / name, folder)
+    for name in sorted(old - new):
+        remove(folder / name, root=folder, link=True)
+    rename_into(stage / files.manifest, folder)
+    remove(pending, root=folder, link=True)
+
+
+def _owned(folder: Path, files: TaskFiles, pending: Path) -> set[str]:
+    """The files of the earlier export of this kind in `folder`: those its manifest names and
+    those an export killed while publishing listed; a file that cannot be read names none."""
+    names: set = set()
+    with contextlib.suppress(CuriError, ValueError, RecursionError):
+        text = read_text(folder / files.manifest, "manifest", missing_ok=True)
+        names |= files.named_by(json.loads(text or "null"))
+    with contextlib.suppress(CuriError, ValueError, TypeError, RecursionError):
+        names |= set(json.loads(read_text(pending, "publishing list", missing_ok=True) or "[]"))
+    return {n for n in names if files.owns(n)}
 
 
 def read_manifest(
@@ -77,7 +188,7 @@ def read_manifest(
     path = Path(folder) / name
     try:
         manifest = _manifest(str(path.resolve()), path.stat().st_mtime_ns)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError, CuriError) as e:
         raise ConfigError(
             f"{folder} is not a curi {what} (no readable {name}: {e}); write one with `{command}`"
         ) from None
