@@ -138,9 +138,10 @@ def _model_results(path: str) -> dict:
 def curve(cfg: DictConfig) -> None:
     """Gap versus compound divergence: MCD splits at target D_C, oracles, correlations."""
     from curi.core_cli import job_launcher
-    from curi.oracles.curve import divergence_curve
+    from curi.oracles.curve import check_step, divergence_curve
 
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seeds[0] if cfg.seeds else 0)
+    check_step(cfg.step)  # before the jobs: a NaN or tiny step fails after them, or never ends
     out = Path(cfg.output_dir)
     launcher = job_launcher(out, threads=cfg.threads)
     bank = open_bank_from_config(cfg)
@@ -148,7 +149,7 @@ def curve(cfg: DictConfig) -> None:
     result = divergence_curve(
         bank,
         mcd=OmegaConf.to_container(cfg.mcd, resolve=True),
-        step=float(cfg.step),
+        step=cfg.step,
         seeds=list(cfg.seeds),
         negatives=list(cfg.negatives),
         episodes=int(cfg.episodes.test),

@@ -25,8 +25,11 @@ from curi.atomic import atomic_path, write_text
 from curi.errors import ConfigError, SplitError
 from curi.jobs import Launcher
 from curi.splits import PAPER_SPLITS, make_split
+from curi.validate import number
 
 __all__ = [
+    "MIN_STEP",
+    "check_step",
     "collect_curve",
     "correlations",
     "divergence_curve",
@@ -38,12 +41,30 @@ __all__ = [
 
 log = logging.getLogger("curi")
 METRICS = ("map_gap", "cba_gap")
+MIN_STEP = 0.005  # D_C lies in [0, 1]: at most 201 targets per seed
+
+
+def check_step(step) -> float:
+    """`step` as the spacing of the target D_C values: a finite number in [MIN_STEP, 1], so the
+    number of targets (and of jobs) is bounded.
+
+    Raises:
+        ConfigError: naming the value, the range and the bound on the targets.
+    """
+    try:
+        return number(step, "step", low=MIN_STEP, high=1.0)
+    except ConfigError as e:
+        most = round(1 / MIN_STEP) + 1
+        raise ConfigError(f"curve: {e} (D_C lies in [0, 1]: at most {most} targets)") from None
 
 
 def targets(max_dc: float, step: float) -> list[float]:
-    """0, step, 2 step, ... up to `max_dc` (rounded to 1e-9)."""
-    if step <= 0:
-        raise ConfigError(f"curve: step must be > 0, got {step}")
+    """0, step, 2 step, ... up to `max_dc` (rounded to 1e-9).
+
+    Raises:
+        ConfigError: a `step` that `check_step` refuses.
+    """
+    step = check_step(step)
     n = int(math.floor(max_dc / step + 1e-9))
     return [round(k * step, 6) for k in range(n + 1)]
 
@@ -108,7 +129,11 @@ def divergence_curve(
         ``rows`` (one per split and negatives, with D_A, D_C and the gaps), ``targets``,
         ``failed`` (targets the generator could not reach, and jobs that failed, with the
         message), ``max_dc`` per seed, ``correlations`` and ``seconds``.
+
+    Raises:
+        ConfigError: a `step` that `check_step` refuses (before any job runs).
     """
+    step = check_step(step)
     if out_dir is None:  # the points in a temporary folder, gone with it
         with tempfile.TemporaryDirectory(prefix="curi-curve-") as tmp:
             return divergence_curve(

@@ -21,6 +21,33 @@ def test_targets_step_up_to_the_maximum():
         targets(0.5, 0.0)
 
 
+@pytest.mark.parametrize("step", [float("nan"), float("inf"), -0.1, 0.001, 2.0])
+def test_a_bad_step_is_refused_naming_the_bound(step):
+    with pytest.raises(ConfigError, match=r"step must be a number in \[0.005, 1.0\].*201 targets"):
+        targets(1.0, step)
+
+
+@pytest.mark.parametrize("step", ["nan", "1e-12"])
+def test_the_command_checks_step_before_any_work(tiny_bank_dir, tmp_path, step):
+    """NaN was a traceback after a minute of jobs, 1e-12 about 1e11 targets (out of memory)."""
+    out = tmp_path / "curve"
+    r = run_curi(
+        "curve",
+        "bank=tiny",
+        f"data_dir={tiny_bank_dir.parent}",
+        f"step={step}",
+        f"output_dir={out}",
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines() == [
+        f"curi curve: error: curve: step must be a number in [0.005, 1.0], got {float(step)!r} "
+        "(D_C lies in [0, 1]: at most 201 targets)"
+    ]
+    assert not (out / "points").exists()
+
+
 def test_correlations():
     x = [0.1, 0.2, 0.3, 0.4]
     c = correlations(x, [1.0, 2.0, 3.0, 5.0])
