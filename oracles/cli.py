@@ -19,6 +19,7 @@ from curi.errors import ConfigError
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
 from curi.paths import read_text
+from curi.schema import check_shape
 
 __all__ = ["audit", "curve", "curve_collect", "gap", "score"]
 
@@ -123,16 +124,15 @@ def _model_results(path: str) -> dict:
     """The JSON file of split name -> a model's mAP that `curi curve` plots beside the oracles.
 
     Raises:
-        ConfigError: an unreadable file, or one that is not a mapping.
+        ConfigError: an unreadable file, or one that does not map names to numbers.
     """
     p = Path(path).expanduser()
     try:
         model = json.loads(read_text(p, "model_results file"))
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ConfigError(f"model_results {str(p)!r} is not a readable JSON file: {e}") from None
-    if not isinstance(model, dict):
-        raise ConfigError(f"model_results {str(p)!r} must map split names to mAP values")
-    return model
+    fix = "it must map split names to mAP values"
+    return check_shape(model, {str: float}, f"model_results {str(p)!r}", fix=fix)
 
 
 def curve(cfg: DictConfig) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 from curi.atomic import atomic_path, write_text
 from curi.errors import ConfigError, SplitError
 from curi.jobs import Launcher
+from curi.schema import check_shape
 from curi.splits import PAPER_SPLITS, make_split
 from curi.validate import number
 
@@ -187,14 +188,45 @@ def _point_path(out: Path, name: str) -> Path:
     return out / "points" / f"{name}.json"
 
 
+# The shapes of the files the study reads back (`curi.schema`): the plan, and a point that
+# failed, did not reach its target or holds its gap rows.
+_NUMBER = (float, None)
+_PLAN = {
+    "settings": {"negatives": [str]},
+    "points": [str],
+    "targets": [float],
+    "max_dc": {int: float},
+    "seconds": float,
+}
+_ROW = {"split": str, "negatives": str, "d_compound": float}
+_ROW.update({f"{k}?": _NUMBER for k in ("d_atom", *METRICS)})
+_WHERE = {"seed": (int, None), "target_dc": _NUMBER}
+_POINTS = {
+    "error": {"error": str},
+    "unreached": {"unreached": str, **_WHERE},
+    "rows": {"rows": [_ROW], "d_compound?": float, **_WHERE},
+}
+_REDO = "remove it to compute that point again"
+
+
 def _read_point(out: Path, name: str, common: Mapping) -> dict | None:
-    """A point written with the same settings, or None."""
+    """A point written with the same settings, or None.
+
+    Raises:
+        ConfigError: a point file of another shape than `point_job` writes (edited or damaged).
+    """
+    path = _point_path(out, name)
     try:
-        point = json.loads(_point_path(out, name).read_text())
-    except (OSError, ValueError):
+        point = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
         return None
+    what = f"point file {str(path)!r}"
+    check_shape(point, {"settings": dict}, what, fix=_REDO)
     mine = {k: v for k, v in common.items() if k not in ("workers", "split_dir")}
-    return point if point.get("settings") == mine else None
+    if point["settings"] != mine:
+        return None
+    kind = next((k for k in ("error", "unreached") if k in point), "rows")
+    return check_shape(point, _POINTS[kind], what, fix=_REDO)
 
 
 def _run_points(where, points: Mapping, common: Mapping, out: Path, launcher, progress) -> None:
@@ -254,13 +286,17 @@ def collect_curve(out_dir: str | Path, *, model_results: Mapping[str, float] | N
     returns it); a point that is missing or failed is listed in ``failed``.
 
     Raises:
-        ConfigError: `out_dir` holds no curve (no ``points/plan.json``).
+        ConfigError: `out_dir` holds no curve (no ``points/plan.json``), or its plan or a point
+            has another shape than the study writes (edited or damaged).
     """
     out = Path(out_dir)
+    path = out / "points" / "plan.json"
     try:
-        plan = json.loads((out / "points" / "plan.json").read_text())
-    except (OSError, ValueError) as e:
+        plan = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as e:
         raise ConfigError(f"{out} holds no divergence curve (no points/plan.json)") from e
+    fix = "run the curve's command again to write it anew"
+    check_shape(plan, _PLAN, f"plan file {str(path)!r}", fix=fix)
     rows, failed = [], []
     for name in plan["points"]:
         point = _read_point(out, name, {**plan["settings"], "workers": None})
