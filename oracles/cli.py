@@ -18,7 +18,7 @@ from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
-from curi.paths import read_text
+from curi.paths import output_path, read_text
 from curi.schema import check_shape
 
 __all__ = ["audit", "curve", "curve_collect", "gap", "score"]
@@ -112,12 +112,13 @@ def score(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"{key}= is required: {what} (`curi score tasks=OUT/tasks.jsonl predictions=FILE`)"
             )
+    out = output_path(cfg.out, folder=False) if cfg.get("out") else None  # before scoring
     tasks = read_tasks(cfg.tasks)
     scores = score_predictions(tasks, read_predictions(cfg.predictions, tasks))
     print(markdown(scores))
-    if cfg.get("out"):
+    if out is not None:
         text = json.dumps(scores, indent=1, default=str).replace("NaN", "null")
-        print(write_text(Path(cfg.out), text + "\n"))
+        print(write_text(out, text + "\n"))
 
 
 def _model_results(path: str) -> dict:
