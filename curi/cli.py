@@ -83,14 +83,18 @@ _STORAGE = {
 }
 
 
-def _storage_error(e: OSError, cfg) -> str | None:
-    """One line for an `OSError` of the disk (full, a file size limit, a name too long), naming
-    the file, else the output the command writes (``out=``, ``output_dir=``); None for another
-    error. Python ignores SIGXFSZ, so a file size limit (``ulimit -f``) is an EFBIG here, not
-    the end of the process."""
-    why = _STORAGE.get(e.errno)
-    if why is None:
+def _storage_error(error: Exception, cfg) -> str | None:
+    """One line for an `OSError` of the disk (full, a file size limit, a name too long), or an
+    error raised while handling one (torch's `RuntimeError` when a checkpoint's write fails),
+    naming the file, else the output the command writes (``out=``, ``output_dir=``); None for
+    another error. Python ignores SIGXFSZ, so a file size limit (``ulimit -f``) is an EFBIG
+    here, not the end of the process."""
+    e = error
+    while e is not None and not (isinstance(e, OSError) and e.errno in _STORAGE):
+        e = e.__cause__ or e.__context__
+    if e is None:
         return None
+    why = _STORAGE[e.errno]
     keys = ("out", "output_dir", "data_dir")
     where = e.filename or next((f"{k}={cfg[k]}" for k in keys if cfg.get(k)), "a file")
     return f"could not write {where}: {why} ({e.strerror})"
@@ -211,7 +215,7 @@ def _task(name: str, fn, opts: Options, output_dir_given: bool):
             fn(cfg)
         except CuriError as e:
             _fail(name, e)
-        except OSError as e:
+        except (OSError, RuntimeError) as e:
             line = _storage_error(e, cfg)
             if line is None:
                 raise

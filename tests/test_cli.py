@@ -124,6 +124,33 @@ def test_a_full_disk_is_one_line(tiny_bank_dir, tmp_path):
     assert list((tmp_path / "d").iterdir()) == []
 
 
+def test_a_checkpoint_on_a_full_disk_is_one_line(tmp_path):
+    """torch.save ends a failed write in its own RuntimeError ("unexpected pos ..."); written
+    through a file object, that error keeps the OSError as its context, which the command
+    line turns into one line, and the temporary file is gone."""
+    code = (
+        "import resource, sys, torch\n"
+        "from pathlib import Path\n"
+        "from curi.cli import _storage_error\n"
+        "from curi.models.checkpoint import save_checkpoint\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    save_checkpoint({'model': {'w': torch.zeros(10**5)}}, Path(sys.argv[1]))\n"
+        "except RuntimeError as e:\n"
+        "    print(_storage_error(e, {'output_dir': 'R'}))\n"
+    )
+    path = tmp_path / "last.pt"
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == (
+        "could not write output_dir=R: the disk is full or a file size limit was hit "
+        "(File too large)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_name_too_long_is_one_line(tiny_bank_dir, tmp_path, capsys, monkeypatch):
     """`curi split save=` with a name whose temporary name is over 255 bytes ended in
     `OSError: File name too long` with a traceback."""
