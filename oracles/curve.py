@@ -56,7 +56,7 @@ def check_step(step) -> float:
         return number(step, "step", low=MIN_STEP, high=1.0)
     except ConfigError as e:
         most = round(1 / MIN_STEP) + 1
-        raise ConfigError(f"curve: {e} (D_C lies in [0, 1]: at most {most} targets)") from None
+        raise ConfigError(f"{e} (D_C lies in [0, 1]: at most {most} targets)") from None
 
 
 def targets(max_dc: float, step: float) -> list[float]:

@@ -48,7 +48,7 @@ def test_the_command_checks_step_before_any_work(tiny_bank_dir, tmp_path, step):
     )
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip().splitlines() == [
-        f"curi curve: error: curve: step must be a number in [0.005, 1.0], got {float(step)!r} "
+        f"curi curve: error: step must be a number in [0.005, 1.0], got {float(step)!r} "
         "(D_C lies in [0, 1]: at most 201 targets)"
     ]
     assert not (out / "points").exists()
