@@ -7,6 +7,7 @@ written from its comments."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
@@ -67,9 +68,36 @@ def _version() -> str:
         return f"curi {__version__} (not installed)"
 
 
-def _fail(name: str, e: CuriError) -> None:
+def _fail(name: str, e: CuriError | str) -> None:
     print(f"curi {name.replace('.', ' ')}: error: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+# Errors of the machine, not of curi or the config: every file is written under a temporary
+# name and renamed when whole (`curi.atomic`), so nothing is lost and one line is enough.
+_STORAGE = {
+    errno.EFBIG: "the disk is full or a file size limit was hit",
+    errno.ENOSPC: "the disk is full or a file size limit was hit",
+    errno.EDQUOT: "the disk is full or a file size limit was hit",
+    errno.ENAMETOOLONG: "a file name is too long for the file system",
+}
+
+
+def _storage_error(error: Exception, cfg) -> str | None:
+    """One line for an `OSError` of the disk (full, a file size limit, a name too long), or an
+    error raised while handling one (torch's `RuntimeError` when a checkpoint's write fails),
+    naming the file, else the output the command writes (``out=``, ``output_dir=``); None for
+    another error. Python ignores SIGXFSZ, so a file size limit (``ulimit -f``) is an EFBIG
+    here, not the end of the process."""
+    e = error
+    while e is not None and not (isinstance(e, OSError) and e.errno in _STORAGE):
+        e = e.__cause__ or e.__context__
+    if e is None:
+        return None
+    why = _STORAGE[e.errno]
+    keys = ("out", "output_dir", "data_dir")
+    where = e.filename or next((f"{k}={cfg[k]}" for k in keys if cfg.get(k)), "a file")
+    return f"could not write {where}: {why} ({e.strerror})"
 
 
 def _value_of(rest: list[str], key: str) -> str | None:
@@ -187,6 +215,11 @@ def _task(name: str, fn, opts: Options, output_dir_given: bool):
             fn(cfg)
         except CuriError as e:
             _fail(name, e)
+        except (OSError, RuntimeError) as e:
+            line = _storage_error(e, cfg)
+            if line is None:
+                raise
+            _fail(name, line)
 
     return task
 

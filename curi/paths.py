@@ -18,9 +18,11 @@ from pathlib import Path
 
 from curi.errors import ConfigError, CuriError
 
-__all__ = ["inside", "open_regular", "read_text", "regular_file", "safe_name"]
+__all__ = ["inside", "open_regular", "output_path", "read_text", "regular_file", "safe_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# bytes a new name leaves for what curi.atomic adds beside it (".<name>.tmp-<pid>", ".lock")
+_ROOM = 16
 
 
 def safe_name(name: object, what: str) -> str:
@@ -157,3 +159,50 @@ def read_text(
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"cannot read the {what} {str(path)!r}: {e}") from None
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that the file system holding `folder` allows."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long, no permission: nothing the command can use is there
+        return False
+
+
+def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
+    """`out`, the value of option `key`, once a command can write its output there: a
+    non-empty path that is not an existing file (`folder`) or folder (else), whose nearest
+    existing parent is a folder, and whose every name yet to be made fits the file system with
+    room for curi's temporary names. Cheap, so a command checks it before its work (a file in
+    place of an output folder, or a name too long, failed after it).
+
+    Raises:
+        ConfigError: naming `key`, the value and what to give instead.
+    """
+    kind = "folder" if folder else "file"
+    if not isinstance(out, str | Path) or not str(out).strip():
+        raise ConfigError(f"{key}={out!r} names no {kind}; give the {kind} to write")
+    path = Path(out)
+    if _exists(path):
+        if path.is_dir() != folder:
+            what = "a folder" if path.is_dir() else "a file, not a folder"
+            raise ConfigError(f"{key}={out} is {what}; give a {kind} to write")
+        return path
+    parent = next((p for p in path.parents if _exists(p)), Path("."))
+    if not parent.is_dir():
+        raise ConfigError(f"{key}={out}: {parent} is not a folder; give a path in a folder")
+    most = _name_max(parent) - _ROOM
+    for name in path.relative_to(parent).parts:
+        if len(os.fsencode(name)) > most:
+            raise ConfigError(
+                f"{key}: the name {name[:40]!r}... is {len(os.fsencode(name))} bytes long; "
+                f"use at most {most} (the file system allows {most + _ROOM})"
+            )
+    return path

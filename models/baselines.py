@@ -27,6 +27,7 @@ from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metr
 from curi.models.train import train
 from curi.paths import read_text, safe_name
 from curi.presets import list_presets, load_preset
+from curi.schema import check_shape
 
 __all__ = [
     "Baseline",
@@ -233,8 +234,50 @@ def _read_json(path: Path):
     text = read_text(path, "sweep file", missing_ok=True)
     try:
         return json.loads(text or "")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
+
+
+# The shapes of the files a sweep reads back (`curi.schema`): a number may be NaN or null (a
+# run without validation has no best val mAP).
+_NUMBER = (float, None)
+_SWEEP = {
+    "settings": dict,
+    "runs": [{"name": str, "dir": str}],
+    "oracles": [{"split": str, "negatives": str, "file": str}],
+}
+_RESULT = {
+    **dict.fromkeys(("config", "split", "modality", "pooling", "negatives"), str),
+    **dict.fromkeys(("seed", "checkpoint_step", "steps"), int),
+    **dict.fromkeys(("alpha", "train_seconds"), float),
+    **dict.fromkeys(("test_map", "test_cba", "best_val_map"), _NUMBER),
+}
+_ORACLES = {
+    "eval": dict,
+    "row": {f"map_{o}?": _NUMBER for o in ("strong", "weak", "random", "prior")},
+}
+_FAILURE = {"error": str, "detail?": str}
+_TIMING = {"train_seconds": float, "train_cpu_seconds": float}
+_RESWEEP = "run the sweep's command again to write it anew"
+
+
+def _read_file(path: Path, spec: object, what: str, fix: str):
+    """The JSON of a file of the sweep once it has the shape `spec` (None: the file is missing
+    or not JSON, as before it was written).
+
+    Raises:
+        ConfigError: a file of another shape (edited or damaged), naming it and the field.
+    """
+    value = _read_json(path)
+    return None if value is None else check_shape(value, spec, f"{what} {str(path)!r}", fix=fix)
+
+
+def _read_result(run_dir: Path):
+    return _read_file(run_dir / "result.json", _RESULT, "result file", "remove it to run it again")
+
+
+def _read_oracles(path: Path):
+    return _read_file(path, _ORACLES, "oracle file", "remove it to score the oracles again")
 
 
 def _claim(r: BaselineRun, ident: dict, force: bool, root: Path) -> dict | None:
@@ -258,7 +301,7 @@ def _claim(r: BaselineRun, ident: dict, force: bool, root: Path) -> dict | None:
         log.warning("%s: settings changed; starting it again (force)", r.dir)
         remove(r.dir, root=root)
         saved = None
-    result = _read_json(r.dir / "result.json")
+    result = _read_result(r.dir)
     if saved is not None and result is not None:
         return result
     r.dir.mkdir(parents=True, exist_ok=True)
@@ -360,7 +403,9 @@ def _train_and_test(
     )
     t1, c1 = time.perf_counter(), time.process_time()
     # training time summed over the calls that finished training this run (it may resume)
-    spent = _read_json(r.dir / "timing.json") if resumed else None
+    spent = (
+        _read_file(r.dir / "timing.json", _TIMING, "timing file", "remove it") if resumed else None
+    )
     spent = spent or {"train_seconds": 0.0, "train_cpu_seconds": 0.0}
     spent = {
         "train_seconds": spent["train_seconds"] + t1 - t0,
@@ -451,7 +496,8 @@ def run_baselines(
 
     Raises:
         ConfigError: bad options, a run folder made with other settings (without `force`),
-            a file of the sweep that is not a regular file (a FIFO).
+            a file of the sweep that is not a regular file (a FIFO), or a result or oracle
+            file of another shape than the sweep writes.
         RemovalError: with `force`, a run folder to empty that is a symlink or leads out of
             `out_dir` (through a symlinked configuration folder).
     """
@@ -481,7 +527,7 @@ def run_baselines(
         if oracles and key not in oracle_files:
             path = _oracle_file(out_dir, *key)
             oracle_files[key] = str(path.relative_to(out_dir))
-            saved = _read_json(path)
+            saved = _read_oracles(path)
             # a file from before the prior-only oracle lacks its column: scored again
             stale = saved is None or "map_prior" not in (saved.get("row") or {})
             if stale or saved.get("eval") != ev:
@@ -529,20 +575,21 @@ def collect_baselines(out_dir: str | Path) -> dict:
 
     Raises:
         ConfigError: `out_dir` holds no sweep (no ``sweep.json``), or a file of it is not a
-            regular file (a FIFO).
+            regular file (a FIFO) or has another shape than the sweep writes (edited or
+            damaged).
     """
     out_dir = Path(out_dir)
-    sweep = _read_json(out_dir / "sweep.json")
-    if not isinstance(sweep, dict) or "runs" not in sweep:
+    sweep = _read_file(out_dir / "sweep.json", _SWEEP, "sweep file", _RESWEEP)
+    if sweep is None:
         raise ConfigError(f"{out_dir} holds no baseline sweep (no sweep.json); give its output_dir")
     results, incomplete = [], []
     for run in sweep["runs"]:
         d = out_dir / run["dir"]
-        result = _read_json(d / "result.json")
+        result = _read_result(d)
         if result is not None:
             results.append(result)
             continue
-        failed = _read_json(d / "failed.json")
+        failed = _read_file(d / "failed.json", _FAILURE, "failure file", "remove it")
         status = "failed" if failed else "missing"
         incomplete.append(
             {
@@ -554,7 +601,7 @@ def collect_baselines(out_dir: str | Path) -> dict:
         )
     oracle_rows = {}
     for o in sweep["oracles"]:
-        saved = _read_json(out_dir / o["file"])
+        saved = _read_oracles(out_dir / o["file"])
         if saved is not None:
             oracle_rows[(o["split"], o["negatives"])] = saved["row"]
     table = baseline_table(results, oracle_rows, settings=sweep["settings"])

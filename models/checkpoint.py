@@ -107,7 +107,8 @@ def check_checkpoint_bank(ckpt_bank: Mapping, bank, path: str | Path | None = No
 def save_checkpoint(payload: dict, path: Path) -> None:
     """torch.save to a temporary name, then rename into place (never a half-written file)."""
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        with open(tmp, "wb") as f:  # on a full disk torch's error keeps the OSError as context
+            torch.save(payload, f)
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:

@@ -185,14 +185,15 @@ def score_model(
         `curi.oracles.model_score.score_model` returns.
 
     Raises:
-        ConfigError: no `threshold`, both or neither of `predict` and `embed`/`compare`, or a
-            bad split, modality or option.
+        ConfigError: no `threshold` or one that is not a finite number, no split, both or
+            neither of `predict` and `embed`/`compare`, or a bad split, modality or option.
     """
     if threshold is None:
         raise ConfigError(
             "score_model needs threshold: 0.5 if the model returns probabilities, 0 for "
             "logits or log-odds"
         )
+    threshold = model_score.check_threshold(threshold)
     predict, render_ids = _model(predict, embed, compare, bank, modality, chunk)
     with torch.no_grad():
         return model_score.score_model(
@@ -204,7 +205,7 @@ def score_model(
             episodes=episodes,
             seed=seed,
             render_ids=render_ids,
-            threshold=float(threshold),
+            threshold=threshold,
             oracles=oracles,
             progress=progress,
         )

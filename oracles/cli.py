@@ -18,7 +18,8 @@ from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
-from curi.paths import read_text
+from curi.paths import output_path, read_text
+from curi.schema import check_shape
 
 __all__ = ["audit", "curve", "curve_collect", "gap", "score"]
 
@@ -111,36 +112,37 @@ def score(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"{key}= is required: {what} (`curi score tasks=OUT/tasks.jsonl predictions=FILE`)"
             )
+    out = output_path(cfg.out, folder=False) if cfg.get("out") else None  # before scoring
     tasks = read_tasks(cfg.tasks)
     scores = score_predictions(tasks, read_predictions(cfg.predictions, tasks))
     print(markdown(scores))
-    if cfg.get("out"):
+    if out is not None:
         text = json.dumps(scores, indent=1, default=str).replace("NaN", "null")
-        print(write_text(Path(cfg.out), text + "\n"))
+        print(write_text(out, text + "\n"))
 
 
 def _model_results(path: str) -> dict:
     """The JSON file of split name -> a model's mAP that `curi curve` plots beside the oracles.
 
     Raises:
-        ConfigError: an unreadable file, or one that is not a mapping.
+        ConfigError: an unreadable file, or one that does not map names to numbers.
     """
     p = Path(path).expanduser()
     try:
         model = json.loads(read_text(p, "model_results file"))
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ConfigError(f"model_results {str(p)!r} is not a readable JSON file: {e}") from None
-    if not isinstance(model, dict):
-        raise ConfigError(f"model_results {str(p)!r} must map split names to mAP values")
-    return model
+    fix = "it must map split names to mAP values"
+    return check_shape(model, {str: float}, f"model_results {str(p)!r}", fix=fix)
 
 
 def curve(cfg: DictConfig) -> None:
     """Gap versus compound divergence: MCD splits at target D_C, oracles, correlations."""
     from curi.core_cli import job_launcher
-    from curi.oracles.curve import divergence_curve
+    from curi.oracles.curve import check_step, divergence_curve
 
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seeds[0] if cfg.seeds else 0)
+    check_step(cfg.step)  # before the jobs: a NaN or tiny step fails after them, or never ends
     out = Path(cfg.output_dir)
     launcher = job_launcher(out, threads=cfg.threads)
     bank = open_bank_from_config(cfg)
@@ -148,7 +150,7 @@ def curve(cfg: DictConfig) -> None:
     result = divergence_curve(
         bank,
         mcd=OmegaConf.to_container(cfg.mcd, resolve=True),
-        step=float(cfg.step),
+        step=cfg.step,
         seeds=list(cfg.seeds),
         negatives=list(cfg.negatives),
         episodes=int(cfg.episodes.test),

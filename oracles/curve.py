@@ -25,9 +25,13 @@ from curi.atomic import atomic_path, remove, write_text
 from curi.errors import ConfigError, SplitError
 from curi.jobs import Launcher
 from curi.paths import read_text
+from curi.schema import check_shape
 from curi.splits import PAPER_SPLITS, make_split
+from curi.validate import number
 
 __all__ = [
+    "MIN_STEP",
+    "check_step",
     "collect_curve",
     "correlations",
     "divergence_curve",
@@ -39,12 +43,30 @@ __all__ = [
 
 log = logging.getLogger("curi")
 METRICS = ("map_gap", "cba_gap")
+MIN_STEP = 0.005  # D_C lies in [0, 1]: at most 201 targets per seed
+
+
+def check_step(step) -> float:
+    """`step` as the spacing of the target D_C values: a finite number in [MIN_STEP, 1], so the
+    number of targets (and of jobs) is bounded.
+
+    Raises:
+        ConfigError: naming the value, the range and the bound on the targets.
+    """
+    try:
+        return number(step, "step", low=MIN_STEP, high=1.0)
+    except ConfigError as e:
+        most = round(1 / MIN_STEP) + 1
+        raise ConfigError(f"{e} (D_C lies in [0, 1]: at most {most} targets)") from None
 
 
 def targets(max_dc: float, step: float) -> list[float]:
-    """0, step, 2 step, ... up to `max_dc` (rounded to 1e-9)."""
-    if step <= 0:
-        raise ConfigError(f"curve: step must be > 0, got {step}")
+    """0, step, 2 step, ... up to `max_dc` (rounded to 1e-9).
+
+    Raises:
+        ConfigError: a `step` that `check_step` refuses.
+    """
+    step = check_step(step)
     n = int(math.floor(max_dc / step + 1e-9))
     return [round(k * step, 6) for k in range(n + 1)]
 
@@ -109,7 +131,11 @@ def divergence_curve(
         ``rows`` (one per split and negatives, with D_A, D_C and the gaps), ``targets``,
         ``failed`` (targets the generator could not reach, and jobs that failed, with the
         message), ``max_dc`` per seed, ``correlations`` and ``seconds``.
+
+    Raises:
+        ConfigError: a `step` that `check_step` refuses (before any job runs).
     """
+    step = check_step(step)
     if out_dir is None:  # the points in a temporary folder of this call, removed after it
         tmp = Path(tempfile.mkdtemp(prefix="curi-curve-"))
         try:
@@ -166,19 +192,47 @@ def _point_path(out: Path, name: str) -> Path:
     return out / "points" / f"{name}.json"
 
 
+# The shapes of the files the study reads back (`curi.schema`): the plan, and a point that
+# failed, did not reach its target or holds its gap rows.
+_NUMBER = (float, None)
+_PLAN = {
+    "settings": {"negatives": [str]},
+    "points": [str],
+    "targets": [float],
+    "max_dc": {int: float},
+    "seconds": float,
+}
+_ROW = {"split": str, "negatives": str, "d_compound": float}
+_ROW.update({f"{k}?": _NUMBER for k in ("d_atom", *METRICS)})
+_WHERE = {"seed": (int, None), "target_dc": _NUMBER}
+_POINTS = {
+    "error": {"error": str},
+    "unreached": {"unreached": str, **_WHERE},
+    "rows": {"rows": [_ROW], "d_compound?": float, **_WHERE},
+}
+_REDO = "remove it to compute that point again"
+
+
 def _read_point(out: Path, name: str, common: Mapping) -> dict | None:
     """A point written with the same settings, or None.
 
     Raises:
-        ConfigError: the point's file is not a regular file (a FIFO).
+        ConfigError: the point's file is not a regular file (a FIFO), or has another shape
+            than `point_job` writes (edited or damaged).
     """
-    text = read_text(_point_path(out, name), "curve point", missing_ok=True)
+    path = _point_path(out, name)
+    text = read_text(path, "curve point", missing_ok=True)
     try:
         point = json.loads(text or "")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
+    what = f"point file {str(path)!r}"
+    check_shape(point, {"settings": dict}, what, fix=_REDO)
     mine = {k: v for k, v in common.items() if k not in ("workers", "split_dir")}
-    return point if point.get("settings") == mine else None
+    if point["settings"] != mine:
+        return None
+    kind = next((k for k in ("error", "unreached") if k in point), "rows")
+    return check_shape(point, _POINTS[kind], what, fix=_REDO)
 
 
 def _run_points(where, points: Mapping, common: Mapping, out: Path, launcher, progress) -> None:
@@ -238,15 +292,19 @@ def collect_curve(out_dir: str | Path, *, model_results: Mapping[str, float] | N
     returns it); a point that is missing or failed is listed in ``failed``.
 
     Raises:
-        ConfigError: `out_dir` holds no curve (no ``points/plan.json``), or a file of it is
-            not a regular file (a FIFO).
+        ConfigError: `out_dir` holds no curve (no ``points/plan.json``), a file of it is not
+            a regular file (a FIFO), or its plan or a point has another shape than the study
+            writes (edited or damaged).
     """
     out = Path(out_dir)
-    text = read_text(out / "points" / "plan.json", "curve plan", missing_ok=True)
+    path = out / "points" / "plan.json"
+    text = read_text(path, "curve plan", missing_ok=True)
     try:
         plan = json.loads(text or "")
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ConfigError(f"{out} holds no divergence curve (no points/plan.json)") from e
+    fix = "run the curve's command again to write it anew"
+    check_shape(plan, _PLAN, f"plan file {str(path)!r}", fix=fix)
     rows, failed = [], []
     for name in plan["points"]:
         point = _read_point(out, name, {**plan["settings"], "workers": None})

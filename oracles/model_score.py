@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from curi import validate
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
@@ -24,7 +25,14 @@ from curi.oracles.metrics import (
 from curi.paths import regular_file
 from curi.splits import Split, make_split
 
-__all__ = ["Predict", "model_predictions", "score_model", "score_predictions", "score_file"]
+__all__ = [
+    "Predict",
+    "check_threshold",
+    "model_predictions",
+    "score_model",
+    "score_predictions",
+    "score_file",
+]
 
 Predict = Callable[[Any, np.ndarray, Any], Any]
 """``predict(support, support_labels, targets) -> (T,) scores``: the support inputs of one
@@ -36,8 +44,29 @@ def _sampler(bank, split, subset, negatives, seed, episodes) -> EpisodeSampler:
     return EpisodeSampler(bank, split, subset, negatives, seed=seed, size=episodes)
 
 
+def _real(x, what: str) -> np.ndarray:
+    """`x` (an array, a tensor or a list) as float64, once its values are real numbers: a
+    complex score would lose its imaginary part without a word."""
+    a = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x)
+    if a.dtype.kind != "c":
+        try:
+            return a.astype(np.float64)
+        except (TypeError, ValueError):  # an object array holding complex numbers or text
+            pass
+    raise ConfigError(f"{what} must be real numbers, got an array of {a.dtype}")
+
+
+def check_threshold(threshold) -> float:
+    """The decision threshold of the class-balanced accuracy, once it is a finite number.
+
+    Raises:
+        ConfigError: naming ``threshold`` and the value (NaN predicted no scene positive).
+    """
+    return validate.number(threshold, "threshold")
+
+
 def _as_scores(x, n: int, what: str) -> np.ndarray:
-    a = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, np.float64).reshape(-1)
+    a = _real(x, f"the scores predict returned for {what} scenes").reshape(-1)
     if a.shape != (n,):
         raise ConfigError(f"predict returned {a.shape[0]} scores for {n} {what} scenes")
     return a
@@ -132,9 +161,11 @@ def score_predictions(
         holds its episodes' mean ``map`` and ``cba``.
 
     Raises:
-        ConfigError: scores of the wrong shape, or a bad split or option.
+        ConfigError: scores of the wrong shape or not real, a threshold that is not a finite
+            number, or a bad split or option.
     """
-    q, m = np.asarray(query_scores, np.float64), np.asarray(eval_scores, np.float64)
+    threshold = check_threshold(threshold)
+    q, m = _real(query_scores, "query_scores"), _real(eval_scores, "eval_scores")
     if q.ndim != 2 or m.ndim != 2 or len(q) != len(m) or len(q) == 0:
         raise ConfigError(
             f"expected query scores (E, Q) and eval scores (E, M) for the same E >= 1 episodes, "
@@ -205,9 +236,16 @@ def score_model(
 
     Returns:
         ``{"splits": [one row per split], "concepts": [one row per (split, concept)]}``.
+
+    Raises:
+        ConfigError: no split, a threshold that is not a finite number, or what
+            `model_predictions` and `score_predictions` raise.
     """
+    threshold = check_threshold(threshold)  # before the model runs
     if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
         splits = [splits]
+    if not splits:
+        raise ConfigError("splits must name at least one split")
     out: dict[str, list[dict]] = {"splits": [], "concepts": []}
     for s in splits:
         sp = s if isinstance(s, Split) else make_split(bank, s)

@@ -16,6 +16,7 @@ from pathlib import Path
 from curi.errors import PredictionsError
 from curi.oracles.consistency import consistency, consistency_counts
 from curi.paths import read_text
+from curi.schema import check_shape
 
 __all__ = [
     "PredictionsError",
@@ -27,42 +28,65 @@ __all__ = [
 
 REPLIES = ("1", "0", "?")
 QUALIFIERS = ("M", "D")
+# What scoring reads of a task (`curi.schema`; docs/rules.md, "The structured form").
+_TASK = {
+    "requests": [{"kind": str, "reply": str, "qualifier": str, "label?": (int, None)}],
+    "worlds": [int],
+}
+
+
+def _lines(path: Path, what: str) -> list[str]:
+    """The lines of a JSON-lines (or plain) file: split at ``\\n`` only, since a U+2028 or a
+    form feed inside a JSON string is no line break (`str.splitlines` splits there too)."""
+    text = read_text(path, what, PredictionsError)
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def _task(line: str, where: str) -> dict:
+    """One line of a task set as a task, checked."""
+    try:
+        t = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e.msg
+        raise PredictionsError(f"{where}: not valid JSON ({why})") from None
+    check_shape(t, _TASK, where, fix="write task sets with `curi rules`", error=PredictionsError)
+    for j, r in enumerate(t["requests"]):
+        if r["reply"] not in REPLIES or r["qualifier"] not in QUALIFIERS:
+            raise PredictionsError(
+                f"{where}: requests[{j}] replies {r['reply']!r:.20} {r['qualifier']!r:.20}; "
+                f"expected a reply of {REPLIES} and a qualifier of {QUALIFIERS}"
+            )
+    return t
 
 
 def read_tasks(path: str | Path) -> list[dict]:
     """The tasks of a structured task set (``tasks.jsonl`` of `curi rules`), checked.
 
     Raises:
-        PredictionsError: a missing or empty file, or a line that is not a task.
+        PredictionsError: a missing or empty file, a line that is not a task, or tasks
+            without a single request between them.
     """
     path = Path(path)
-    lines = read_text(path, "tasks file", PredictionsError).splitlines()
-    tasks = []
-    for n, line in enumerate(lines, start=1):
-        try:
-            t = json.loads(line)
-            ok = isinstance(t, dict) and all(k in t for k in ("requests", "worlds"))
-            ok = ok and all(
-                r["reply"] in REPLIES and r["qualifier"] in QUALIFIERS for r in t["requests"]
-            )
-        except (json.JSONDecodeError, TypeError, KeyError):
-            ok = False
-        if not ok:
-            raise PredictionsError(
-                f"{path} line {n} is not a rule-query task (write task sets with `curi rules`)"
-            )
-        tasks.append(t)
+    lines = _lines(path, "tasks file")
+    tasks = [
+        _task(line, f"{path} line {n} is not a rule-query task")
+        for n, line in enumerate(lines, start=1)
+    ]
     if not tasks:
         raise PredictionsError(f"the tasks file {path} holds no task")
+    if not any(t["requests"] for t in tasks):
+        raise PredictionsError(f"the tasks file {path} holds no request: nothing to score")
     return tasks
 
 
 def _parse(value, where: str) -> tuple[str, str]:
-    """(reply, qualifier) from ``"1 M"`` or a mapping with ``reply`` and ``qualifier``."""
+    """(reply, qualifier) from ``"1 M"`` or a mapping with ``reply`` and ``qualifier``, each
+    maybe wrapped in mappings of ``prediction`` or ``output`` (unwrapped in a loop, however
+    deep)."""
+    while isinstance(value, dict) and ("prediction" in value or "output" in value):
+        value = value["prediction" if "prediction" in value else "output"]
     if isinstance(value, dict):
-        for key in ("prediction", "output"):
-            if key in value:
-                return _parse(value[key], where)
         if "reply" in value and "qualifier" in value:
             return _parse(f"{value['reply']} {value['qualifier']}", where)
         raise PredictionsError(
@@ -100,7 +124,7 @@ def read_predictions(path: str | Path, tasks: Sequence[dict]) -> list[tuple[str,
     expected = [
         (t.get("index", k), j) for k, t in enumerate(tasks) for j in range(len(t["requests"]))
     ]
-    lines = read_text(path, "predictions file", PredictionsError).splitlines()
+    lines = _lines(path, "predictions file")
     if len(lines) < len(expected):
         raise PredictionsError(
             f"{path} line {len(lines) + 1} is missing: the file has {len(lines)} predictions, "
@@ -119,8 +143,9 @@ def read_predictions(path: str | Path, tasks: Sequence[dict]) -> list[tuple[str,
         if jsonl:
             try:
                 value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PredictionsError(f"{where} is not valid JSON ({e.msg})") from None
+            except (json.JSONDecodeError, RecursionError) as e:
+                why = "nested too deeply" if isinstance(e, RecursionError) else e.msg
+                raise PredictionsError(f"{where} is not valid JSON ({why})") from None
             if isinstance(value, dict) and (value.get("task", task), value.get("request", req)) != (
                 task,
                 req,
@@ -187,9 +212,11 @@ def score_predictions(tasks: Sequence[dict], predictions: Sequence[tuple[str, st
         consistency 100 (or NaN) by construction.
 
     Raises:
-        PredictionsError: not one prediction per request.
+        PredictionsError: not one prediction per request, or no request at all.
     """
     reqs = [r for t in tasks for r in t["requests"]]
+    if not reqs:
+        raise PredictionsError("the tasks hold no request: nothing to score")
     if len(predictions) != len(reqs):
         raise PredictionsError(
             f"{len(predictions)} predictions for {len(reqs)} requests; give one per request"

@@ -14,6 +14,7 @@ from curi import validate
 from curi.core_cli import job_launcher, open_bank_from_config, split_from_config
 from curi.errors import ConfigError
 from curi.export_parts import check_jobs, check_staging
+from curi.paths import output_path
 from curi.renderers import get_renderer
 from curi.renderers.rerender import default_workers, render_episode_file
 from curi.renderers.sheet import write_episode_page
@@ -44,6 +45,7 @@ def show(cfg: DictConfig) -> None:
     """Render one scene, or one episode (sheet + page), as image, sound and spectrogram."""
     _threads(cfg)
     _check_show(cfg)
+    output_path(cfg.out, folder=True)
     bank = open_bank_from_config(cfg)
     if cfg.episode is not None:
         _show_episode(bank, cfg)
@@ -113,6 +115,7 @@ def render_episodes(cfg: DictConfig) -> None:
                 f"{key}= is required: {what} (`curi episodes render in=FILE "
                 "modality=image out=DIR`)"
             )
+    output_path(cfg.out, folder=True)
     if cfg.limit is not None:
         validate.integer(cfg.limit, "limit", low=1, high=validate.MAX_EPISODES)
     jobs = check_jobs(cfg.get("jobs", 1))

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from curi import validate
 from curi.core_cli import open_bank_from_config, split_from_config
 from curi.errors import ConceptError, ConfigError
-from curi.paths import read_text
+from curi.paths import output_path, read_text
 from curi.renderers.text_export import export_rule_tasks
 from curi.tasks import RuleTaskSampler, format_mix
 
@@ -62,6 +62,7 @@ def read_rules(path: str | Path) -> list[str]:
 def rules(cfg: DictConfig) -> None:
     """Write a rule-query task set of a split (structured + text) and print its class mix."""
     n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
+    output_path(cfg.out, folder=True)
     user_rules = read_rules(cfg.rules) if cfg.rules else None  # before building a bank
     bank = open_bank_from_config(cfg)
 

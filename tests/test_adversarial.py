@@ -72,6 +72,13 @@ def test_rule_writes_every_split_and_is_deterministic(tiny_bank, tmp_path):
     assert second.info["mean_easiness"] >= a.info["mean_easiness"]
 
 
+def test_a_name_leading_out_of_save_dir_is_refused_before_the_search(tiny_bank, tmp_path):
+    cfg = {"name": "../adv", "rule": "adversarial", "save_dir": str(tmp_path / "d"), **LOOSE}
+    with pytest.raises(SplitError, match=r"save_dir: split name '../adv-0.json' resolves to"):
+        make_split(tiny_bank, cfg)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_options(tiny_bank):
     with pytest.raises(SplitError, match="variant"):
         make_split(tiny_bank, {"name": "adv", "rule": "adversarial", "variant": "nopc"})

@@ -377,3 +377,140 @@ def test_a_fifo_run_json_is_one_line_not_a_hang(tiny_bank_dir, tmp_path):
     args = [*TINY, SMALL, f"data_dir={tiny_bank_dir.parent}", f"output_dir={out}", "only=[rn]"]
     r = run_curi("baselines", *args, cwd=tmp_path, timeout=60)
     _one_line(r, "run.json", "is a FIFO, not a regular file")
+
+# --- a tampered sweep folder ends in one line naming the file and the field --------------------
+
+RUN = "runs/rn/concept_iid/seed0"
+SWEEP_FILES = {  # a finished sweep of one run, as run_baselines writes it
+    "sweep.json": {
+        "settings": {"bank": "tiny", "episodes": 6, "eval_seed": 0, "seeds": [0]},
+        "runs": [{"name": "rn/concept_iid/seed0", "dir": RUN}],
+        "oracles": [{"split": "concept_iid", "negatives": "hard", "file": "oracles/ci.json"}],
+    },
+    f"{RUN}/result.json": {
+        **{"config": "rn", "split": "concept_iid", "seed": 0, "modality": "schema"},
+        **{"pooling": "relation_net", "alpha": 0.0, "negatives": "hard", "test_map": 0.08},
+        **{"test_cba": 0.66, "test_episodes": 6, "best_val_map": None, "checkpoint_step": 2},
+        **{"steps": 2, "train_seconds": 1.4, "train_cpu_seconds": 1.4, "eval_seconds": 1.2},
+        **{"device": "cpu", "dir": RUN},
+    },
+    "oracles/ci.json": {"eval": {"episodes": 6}, "row": {"map_strong": 1.0, "map_weak": 0.3}},
+}
+
+
+def _set(key, value):
+    return lambda d: d.update({key: value})
+
+
+def _drop(*keys):
+    def edit(d):
+        for k in keys[:-1]:
+            d = d[k]
+        del d[keys[-1]]
+
+    return edit
+
+
+TAMPERED = {  # id: (file, edit of its JSON or its new JSON, what the message says)
+    "sweep-a-list": ("sweep.json", [1], "the file must be an object, got [1]"),
+    "sweep-runs-a-number": ("sweep.json", _set("runs", 5), "runs must be a list, got 5"),
+    "sweep-run-a-number": ("sweep.json", _set("runs", [5]), "runs[0] must be an object, got 5"),
+    "sweep-run-without-dir": ("sweep.json", _drop("runs", 0, "dir"), "runs[0].dir is missing"),
+    "sweep-dir-a-number": (
+        "sweep.json",
+        _set("runs", [{"name": "x", "dir": 5}]),
+        "runs[0].dir must be a string, got 5",
+    ),
+    "sweep-without-oracles": ("sweep.json", _drop("oracles"), "oracles is missing"),
+    "sweep-oracle-without-file": (
+        "sweep.json",
+        _drop("oracles", 0, "file"),
+        "oracles[0].file is missing",
+    ),
+    "sweep-settings-a-number": ("sweep.json", _set("settings", 5), "settings must be an object"),
+    "result-a-list": (f"{RUN}/result.json", [1], "the file must be an object, got [1]"),
+    "result-test-map-a-string": (
+        f"{RUN}/result.json",
+        _set("test_map", "abc"),
+        "test_map must be a number or null, got 'abc'",
+    ),
+    "result-without-config": (f"{RUN}/result.json", _drop("config"), "config is missing"),
+    "oracles-a-list": ("oracles/ci.json", [1], "the file must be an object, got [1]"),
+    "oracles-row-a-number": ("oracles/ci.json", _set("row", 5), "row must be an object, got 5"),
+    "oracles-map-a-string": (
+        "oracles/ci.json",
+        _set("row", {"map_strong": "abc"}),
+        "row.map_strong must be a number or null, got 'abc'",
+    ),
+    "failure-a-list": (f"{RUN}/failed.json", [1], "the file must be an object, got [1]"),
+}
+
+
+def _write_sweep(out, file=None, edit=None):
+    """The sweep of `SWEEP_FILES` under `out`, `file` edited by `edit` (a function of its JSON,
+    or its new JSON); a failure file replaces the run's result."""
+    files = json.loads(json.dumps(SWEEP_FILES))
+    if file and file.endswith("failed.json"):
+        del files[f"{RUN}/result.json"]
+        files[file] = {"error": "RuntimeError: out of memory"}
+    if file:
+        files[file] = edit(files[file]) or files[file] if callable(edit) else edit
+    for name, body in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(json.dumps(body))
+
+
+def test_the_hand_written_sweep_collects():
+    """`SWEEP_FILES` is a sweep `collect_baselines` reads (so each tampering below is the only
+    fault)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _write_sweep(Path(tmp))
+        table = baselines_mod.collect_baselines(tmp)
+    assert [r["test_map"] for r in table["rows"]] == [0.08] and table["incomplete"] == []
+    assert table["rows"][0]["oracle_strong"] == 1.0
+
+
+@pytest.mark.parametrize(("file", "edit", "message"), TAMPERED.values(), ids=TAMPERED)
+def test_curi_baselines_collect_of_a_tampered_sweep_is_one_line(
+    file, edit, message, tmp_path, capsys, monkeypatch
+):
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "sweep"
+    _write_sweep(out, file, edit)
+    with pytest.raises(SystemExit) as e:
+        main(["baselines", "collect", f"output_dir={out}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"curi baselines collect: error: {_kind(file)} file '{out / file}'")
+    assert message in err[0]
+
+
+def _kind(file: str) -> str:
+    return {"sweep": "sweep", "result": "result", "ci": "oracle", "failed": "failure"}[
+        file.rsplit("/", 1)[-1].removesuffix(".json")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "match"),
+    [
+        (f"{RUN}/result.json", "[1]", r"result file .*: the file must be an object, got \[1\]"),
+        ("oracles/concept_iid.json", "[1]", r"oracle file .*: the file must be an object"),
+        (f"{RUN}/run.json", '{"run": 5}', "holds a run made with other settings"),  # as before
+    ],
+    ids=["result", "oracles", "run"],
+)
+def test_a_sweep_over_a_tampered_file_stops_before_any_run(
+    tiny_bank_dir, tmp_path, file, text, match
+):
+    out = tmp_path / "bl"
+    (out / file).parent.mkdir(parents=True)
+    (out / file).write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        models_cli.baselines(_small(tiny_bank_dir, out, "only=[rn]"))
+    assert not (out / "sweep.json").exists()  # stopped before any job

@@ -7,6 +7,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 from conftest import run_curi
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,3 +93,76 @@ def test_sweep_with_m_runs_each_job_and_names_the_log(tiny_bank_dir, tmp_path):
     assert [r.name for r in runs] == ["0", "1"]  # a sweep without output_dir= keeps its record
     assert all((r / "split.log").is_file() for r in runs)
     assert '"split": "counting"' in out.stdout
+
+
+def _file_size_limit():  # in the child, before it runs: RLIMIT_FSIZE of 64 KiB (`ulimit -f 64`)
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+
+
+def test_a_full_disk_is_one_line(tiny_bank_dir, tmp_path):
+    """A file size limit (or a full disk) ended every writer in an `OSError: File too large`
+    traceback; Python ignores SIGXFSZ, so the process lives to say it in one line, and the
+    atomic writes leave nothing behind."""
+    out = tmp_path / "d" / "eps.parquet"
+    args = ["episodes", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=200", f"out={out}"]
+    r = subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", *args, "progress=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_file_size_limit,
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"curi episodes: error: could not write out={out}: the disk is full or a file size "
+        "limit was hit (Error writing bytes to file. Detail: [errno 27] File too large)"
+    )
+    assert list((tmp_path / "d").iterdir()) == []
+
+
+def test_a_checkpoint_on_a_full_disk_is_one_line(tmp_path):
+    """torch.save ends a failed write in its own RuntimeError ("unexpected pos ..."); written
+    through a file object, that error keeps the OSError as its context, which the command
+    line turns into one line, and the temporary file is gone."""
+    code = (
+        "import resource, sys, torch\n"
+        "from pathlib import Path\n"
+        "from curi.cli import _storage_error\n"
+        "from curi.models.checkpoint import save_checkpoint\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    save_checkpoint({'model': {'w': torch.zeros(10**5)}}, Path(sys.argv[1]))\n"
+        "except RuntimeError as e:\n"
+        "    print(_storage_error(e, {'output_dir': 'R'}))\n"
+    )
+    path = tmp_path / "last.pt"
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == (
+        "could not write output_dir=R: the disk is full or a file size limit was hit "
+        "(File too large)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_name_too_long_is_one_line(tiny_bank_dir, tmp_path, capsys, monkeypatch):
+    """`curi split save=` with a name whose temporary name is over 255 bytes ended in
+    `OSError: File name too long` with a traceback."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    save = tmp_path / ("s" * 245 + ".json")
+    args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "split=binding_color"]
+    with pytest.raises(SystemExit) as e:
+        main(["split", *args, f"save={save}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"curi split: error: could not write {tmp_path}/.ssss")
+    assert err[0].endswith(": a file name is too long for the file system (File name too long)")
+    assert list(tmp_path.iterdir()) == []

@@ -103,6 +103,41 @@ def test_bad_media_is_one_message_before_the_bank_opens(tmp_path):
     assert _files(tmp_path) == []
 
 
+# (command, its arguments, whether out= names a folder): every command with an out= option
+OUTPUTS = [
+    ("lm export", ["n=2"], True),
+    ("lm rules", ["n=2"], True),
+    ("rules", ["n=2"], True),
+    ("show", [], True),
+    ("episodes render", ["in=e.jsonl"], True),
+    ("lm compare", ["tasks=t", "results=r"], False),
+    ("score", ["tasks=t.jsonl", "predictions=p.txt"], False),
+]
+
+
+@pytest.mark.parametrize(("command", "args", "folder"), OUTPUTS, ids=[c for c, _, _ in OUTPUTS])
+def test_out_of_the_wrong_kind_is_one_line_before_the_bank_opens(
+    command, args, folder, tmp_path, capsys, monkeypatch
+):
+    """A file where an output folder goes (`curi lm export out=F`), or a folder where an
+    output file goes, failed with a FileExistsError or IsADirectoryError traceback, the lm
+    export and `curi score` after their work."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / ("f" if folder else "d")
+    out.touch() if folder else out.mkdir()
+    bank = [] if command in ("score", "episodes render") else ["bank=tiny", "data_dir=none"]
+    with pytest.raises(SystemExit) as e:
+        main([*command.split(), *bank, *args, f"out={out}"])
+    kind = "a file, not a folder; give a folder" if folder else "a folder; give a file"
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"curi {command}: error: out={out} is {kind} to write"
+    ]
+    assert _files(tmp_path) == [out.name]
+
+
 # --- split= takes a preset or a saved split file ----------------------------------------------
 @pytest.fixture(scope="module")
 def saved_split(tiny_bank_dir, tmp_path_factory):

@@ -141,6 +141,26 @@ def test_readme_export_command_runs(tiny_bank_dir, tmp_path, monkeypatch, capsys
     assert all(v["documents"] == 50 for v in manifest["tasks"].values())
 
 
+@pytest.mark.parametrize("command", ["export", "rules"])
+def test_a_split_name_too_long_for_a_file_name_is_one_line(
+    command, tiny_bank_dir, tmp_path, monkeypatch, capsys
+):
+    """A 300-character split name ended in `OSError: File name too long` (the task files are
+    named for the split)."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    split = "split={name: " + "a" * 300 + ", rule: random_groups}"
+    args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "n=2", split, "out=tasks"]
+    with pytest.raises(SystemExit) as e:
+        main(["lm", command, *args, "progress=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"curi lm {command}: error: split name 'aaaa")
+    assert "has 300 bytes; use at most 200" in err[0]
+    assert not (tmp_path / "tasks").exists()
+
+
 @pytest.mark.parametrize("wording", ["full", "compact"])
 def test_an_exported_episode_file_gives_the_same_task(tiny_bank, tmp_path, wording):
     """From `curi episodes ... out=FILE`: the text written from the file's scene records is

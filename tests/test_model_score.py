@@ -122,3 +122,41 @@ def test_render_ids_gives_the_inputs_of_scene_ids(tiny_bank):
     assert by_ids == by_records
     with pytest.raises(ConfigError, match="render_ids"):
         score_model(_as_model(oracle), tiny_bank, "concept_iid", render=list, render_ids=list)
+
+
+# --- bad arguments: one clear error, never a silent result ------------------------------------
+
+
+def _zeros(support, labels, targets):
+    return np.zeros(len(targets))
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), "abc", None, True])
+def test_a_threshold_that_is_not_a_finite_number_is_refused_before_the_model_runs(
+    tiny_bank, threshold
+):
+    """NaN predicted no scene positive (a CBA of 0.5 with no word); "abc" was a raw
+    ValueError or TypeError once the model had run."""
+
+    def predict(*_):
+        raise AssertionError("the model ran")
+
+    with pytest.raises(ConfigError, match=r"^threshold must be a number .*, got "):
+        score_model(predict, tiny_bank, "concept_iid", episodes=2, threshold=threshold)
+
+
+def test_complex_scores_are_refused_not_cast(tiny_bank, tmp_path):
+    from curi.oracles.model_score import model_predictions, score_file
+
+    complex_model = lambda s, y, t: np.full(len(t), 0.5 + 1j)  # noqa: E731
+    with pytest.raises(ConfigError, match="for query scenes must be real numbers, .*complex128"):
+        model_predictions(complex_model, tiny_bank, "concept_iid", episodes=2)
+    pred = model_predictions(_zeros, tiny_bank, "concept_iid", episodes=2)
+    np.savez(tmp_path / "s.npz", **{**pred, "eval_scores": pred["eval_scores"] + 1j})
+    with pytest.raises(ConfigError, match="eval_scores must be real numbers, got .*complex128"):
+        score_file(tmp_path / "s.npz", tiny_bank, "concept_iid")
+
+
+def test_no_split_is_refused_not_an_empty_result(tiny_bank):
+    with pytest.raises(ConfigError, match="splits must name at least one split"):
+        score_model(_zeros, tiny_bank, [], episodes=2)

@@ -113,6 +113,19 @@ def test_the_threshold_is_required(tiny_bank):
         score_model(lambda s, y, t: np.zeros(len(t[0])), tiny_bank, "concept_iid", episodes=1)
 
 
+@pytest.mark.parametrize("threshold", [float("nan"), "abc"])
+def test_a_threshold_that_is_not_a_finite_number_is_one_clear_error(tiny_bank, threshold):
+    """A threshold of "abc" was a raw ValueError of float(); NaN was accepted."""
+    with pytest.raises(ConfigError, match=r"^threshold must be a number .*, got "):
+        score_model(
+            lambda s, y, t: np.zeros(len(t[0])),
+            tiny_bank,
+            "concept_iid",
+            episodes=1,
+            threshold=threshold,
+        )
+
+
 @pytest.mark.parametrize(
     "given",
     [{}, {"embed": _flat}, {"compare": compare}, {"predict": True, "embed": _flat}],

@@ -15,7 +15,7 @@ from conftest import run_curi
 
 from curi import build_bank, load_bank, make_split
 from curi.errors import ConfigError, SplitError
-from curi.paths import inside, read_text, safe_name
+from curi.paths import inside, output_path, read_text, safe_name
 from curi.presets import conf_dir
 
 SMALL = {"num_scenes": 1000, "num_draws": 1000, "seed": 0, "workers": 1}  # builds in < 1 s
@@ -104,6 +104,35 @@ def test_inside_turns_a_symlink_loop_into_a_clean_error(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(ConfigError, match="cannot resolve"):
         inside(tmp_path, "loop/m.json", what="eval out")
+
+
+def test_output_path_accepts_what_a_command_can_write(tmp_path):
+    (tmp_path / "f").touch()
+    assert output_path(tmp_path, folder=True) == tmp_path
+    assert output_path(tmp_path / "f", folder=False) == tmp_path / "f"
+    assert output_path(tmp_path / "new" / "x.json", folder=False) == tmp_path / "new" / "x.json"
+    assert output_path("rel/dir", folder=True) == Path("rel/dir")
+
+
+@pytest.mark.parametrize(
+    ("out", "folder", "message"),
+    [
+        ("f", True, "out={out} is a file, not a folder; give a folder to write"),
+        (".", False, "out={out} is a folder; give a file to write"),
+        ("f/sub", True, "out={out}: {root}/f is not a folder; give a path in a folder"),
+        ("x" * 300, True, "is 300 bytes long; use at most 239 (the file system allows 255)"),
+        ("d/" + "é" * 120, False, "is 240 bytes long; use at most 239"),
+    ],
+    ids=["a-file-for-a-folder", "a-folder-for-a-file", "under-a-file", "too-long", "utf-8"],
+)
+def test_output_path_refuses_what_would_fail_after_the_work(tmp_path, out, folder, message):
+    (tmp_path / "f").touch()
+    out = tmp_path / out
+    with pytest.raises(ConfigError) as e:
+        output_path(out, folder=folder)
+    assert message.format(out=out, root=tmp_path) in str(e.value)
+    with pytest.raises(ConfigError, match="names no file"):
+        output_path("", folder=False)
 
 
 # --- bank names --------------------------------------------------------------------------------

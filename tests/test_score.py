@@ -212,3 +212,96 @@ def test_special_or_undecodable_files_are_one_clear_error(tmp_path):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+# --- bad input: one line or the right result ---------------------------------------------------
+
+
+def _tasks_and_targets(task_set):
+    tasks = read_tasks(task_set["tasks"])
+    rows = [json.loads(s) for s in task_set["text_jsonl"].read_text().splitlines()]
+    return tasks, [r["target"] for r in rows]
+
+
+def test_deeply_nested_json_is_one_line_and_wrapped_predictions_are_read(task_set, tmp_path):
+    """5,000 nested objects were a RecursionError; 500 wrappings of a prediction were read by
+    a recursive function that a deeper stack would have broken."""
+    tasks, targets = _tasks_and_targets(task_set)
+    deep = '{"prediction":' * 5000 + '"1 M"' + "}" * 5000
+    lines = [deep] + [json.dumps({"prediction": t}) for t in targets[1:]]
+    with pytest.raises(PredictionsError, match=r"line 1 is not valid JSON \(nested too deep"):
+        read_predictions(_write(tmp_path / "deep.jsonl", lines), tasks)
+    lines[0] = '{"prediction":' * 500 + json.dumps(targets[0]) + "}" * 500
+    read = read_predictions(_write(tmp_path / "wrapped.jsonl", lines), tasks)
+    assert read == [tuple(t.split()) for t in targets]
+    first = task_set["tasks"].read_text().splitlines()[0]
+    with pytest.raises(PredictionsError, match=r"line 2 is not a rule-query task: not valid JSON"):
+        read_tasks(_write(tmp_path / "t.jsonl", [first, "[" * 5000 + "]" * 5000]))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.update(worlds="abc"), "worlds must be a list, got 'abc'"),
+        (lambda t: t.update(worlds=[1.5]), r"worlds\[0\] must be an integer, got 1.5"),
+        (lambda t: t.update(requests={"a": 1}), "requests must be a list"),
+        (lambda t: t["requests"][0].pop("kind"), r"requests\[0\].kind is missing"),
+        (lambda t: t["requests"][0].update(reply=1), r"requests\[0\].reply must be a string"),
+        (lambda t: t["requests"][0].update(reply="yes"), r"requests\[0\] replies 'yes'"),
+    ],
+    ids=["worlds-a-string", "a-world-a-float", "requests-a-mapping", "no-kind", "reply-1", "yes"],
+)
+def test_a_task_of_another_shape_is_one_line(task_set, tmp_path, edit, message):
+    tasks = [json.loads(s) for s in task_set["tasks"].read_text().splitlines()][:3]
+    edit(tasks[1])
+    path = _write(tmp_path / "t.jsonl", [json.dumps(t) for t in tasks])
+    with pytest.raises(PredictionsError, match=f"line 2 is not a rule-query task: {message}"):
+        read_tasks(path)
+
+
+def test_tasks_without_requests(task_set, tmp_path):
+    """Tasks with no request at all were a ZeroDivisionError; one empty task among others is
+    scored as before (`curi rules scene_requests=0` can write one)."""
+    tasks = [json.loads(s) for s in task_set["tasks"].read_text().splitlines()][:3]
+    empty = [{**t, "requests": [], "worlds": [0]} for t in tasks]
+    with pytest.raises(PredictionsError, match="holds no request: nothing to score"):
+        read_tasks(_write(tmp_path / "none.jsonl", [json.dumps(t) for t in empty]))
+    with pytest.raises(PredictionsError, match="hold no request: nothing to score"):
+        score_predictions(empty, [])
+    mixed = [tasks[0], empty[1], tasks[2]]
+    read = read_tasks(_write(tmp_path / "mixed.jsonl", [json.dumps(t) for t in mixed]))
+    gold = [(r["reply"], r["qualifier"]) for t in read for r in t["requests"]]
+    assert score_predictions(read, gold)["oracle"]["accuracy"]["exact"] == 100.0
+
+
+def test_line_separators_inside_json_strings_are_no_line_breaks(task_set, tmp_path):
+    """U+2028 (and form feeds, U+0085 ...) inside a JSON string are valid JSON; lines end at
+    a newline only (they were split there and refused as extra lines)."""
+    tasks, targets = _tasks_and_targets(task_set)
+    lines = [
+        json.dumps({"prediction": t, "note": "a\u2028b\x0cc\x85d"}, ensure_ascii=False)
+        for t in targets
+    ]
+    assert read_predictions(_write(tmp_path / "p.jsonl", lines), tasks) == [
+        tuple(t.split()) for t in targets
+    ]
+    raw = [json.loads(s) for s in task_set["tasks"].read_text().splitlines()]
+    raw[0]["concept"] += "\u2029"
+    path = _write(tmp_path / "t.jsonl", [json.dumps(t, ensure_ascii=False) for t in raw])
+    assert read_tasks(path) == [*raw[:1], *tasks[1:]]
+
+
+def test_curi_score_out_a_folder_is_one_line_before_scoring(task_set, tmp_path, capsys):
+    from curi.cli import main
+
+    _, targets = _tasks_and_targets(task_set)
+    preds = _write(tmp_path / "preds.txt", targets)
+    (tmp_path / "scores").mkdir()
+    args = [f"tasks={task_set['tasks']}", f"predictions={preds}", f"out={tmp_path / 'scores'}"]
+    with pytest.raises(SystemExit) as e:
+        main(["score", *args])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and err.strip().splitlines() == [
+        f"curi score: error: out={tmp_path / 'scores'} is a folder; give a file to write"
+    ]
+    assert out == ""  # refused before the scores were printed

@@ -270,6 +270,21 @@ def test_saved_split_errors_are_clear(tmp_path):
         make_split(BANK, path)
 
 
+def test_a_split_name_too_long_for_a_file_name_is_refused(tmp_path):
+    """A split's name becomes part of file names (lm tasks, saved adversarial splits): 300
+    characters ended in `OSError: File name too long` after the work."""
+    long = "s" * 201
+    with pytest.raises(SplitError, match=r"split name 'sss.*'... has 201 bytes; use at most 200"):
+        make_split(BANK, {"name": long, "rule": "binding", "held_out": ["purple"]})
+    with pytest.raises(SplitError, match="has 202 bytes"):  # bytes of UTF-8, not characters
+        make_split(BANK, {"name": "é" * 101, "rule": "binding", "held_out": ["purple"]})
+    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "name": long}))
+    with pytest.raises(SplitError, match=r"split file '.*s.json': split name .* has 201 bytes"):
+        make_split(BANK, path)
+    assert make_split(BANK, {"name": "s" * 200, "rule": "binding", "held_out": ["purple"]})
+
+
 @pytest.mark.parametrize("name", ["../split/binding_color", "split/binding_color", "x.yaml"])
 def test_a_preset_name_is_never_a_path(name):
     with pytest.raises(SplitError, match="unknown split"):

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-from curi.errors import SplitError
+from curi.errors import ConfigError, SplitError
 from curi.extension_predictors import ExtensionIndex, leave_group_out
+from curi.paths import inside
 from curi.predictors import VARIANTS, _score
 from curi.rng import derive_rng
 from curi.splits.base import Split, finish
@@ -283,6 +284,11 @@ def adversarial(spec: SplitSpec, bank) -> Split:
             val_fraction=spec.val_fraction,
             seed=spec.seed,
         )
+    if opt.save_dir:  # before the search: a split's name must not lead out of save_dir
+        try:
+            inside(Path(opt.save_dir).expanduser(), f"{spec.name}-0.json", what="split name")
+        except ConfigError as e:
+            raise SplitError(f"split {spec.name!r}: save_dir: {e}") from None
     splits = adversarial_splits(
         bank,
         name=spec.name,

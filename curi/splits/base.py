@@ -12,10 +12,38 @@ import numpy as np
 from curi.errors import SplitError
 from curi.rng import derive_rng
 
-__all__ = ["Split", "VAL_POLICIES", "check_split", "finish", "finish_spec", "groups_to_subsets"]
+__all__ = [
+    "MAX_NAME_BYTES",
+    "Split",
+    "VAL_POLICIES",
+    "check_name",
+    "check_split",
+    "finish",
+    "finish_spec",
+    "groups_to_subsets",
+]
 
 VAL_POLICIES = ("same_as_test", "disjoint")
 SUBSETS = ("train", "val", "test")
+# A split's name becomes part of file names (lm task files ``curi_<split>_hard.docs.jsonl.gz``,
+# saved adversarial splits ``<split>-<k>.json``), and file systems refuse names over 255 bytes.
+MAX_NAME_BYTES = 200
+
+
+def check_name(name: object) -> str:
+    """`name` as a split's name: at most `MAX_NAME_BYTES` bytes of UTF-8.
+
+    Raises:
+        SplitError: naming the length and the bound.
+    """
+    name = str(name)
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > MAX_NAME_BYTES:
+        raise SplitError(
+            f"split name {name[:40]!r}... has {size} bytes; use at most {MAX_NAME_BYTES} (it "
+            "becomes part of file names, and file systems refuse names over 255 bytes)"
+        )
+    return name
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 from curi.atomic import write_text
 from curi.errors import SplitError
 from curi.paths import regular_file
-from curi.splits.base import SUBSETS, Split, check_split
+from curi.splits.base import SUBSETS, Split, check_name, check_split
 from curi.splits.rules import register_split_rule
 from curi.splits.spec import SplitSpec
 
@@ -92,7 +92,11 @@ def load_split(bank, path: str | Path, *, name: str | None = None) -> Split:
             "bank the split was made on, or make the split again on this one"
         )
     parts = {p: _indices(doc[p], len(bank), path, p) for p in PARTS}
-    split = Split(str(name or doc["name"]), *(parts[p] for p in PARTS))
+    try:
+        name = check_name(name or doc["name"])
+    except SplitError as e:
+        raise SplitError(f"split file {str(path)!r}: {e}") from None
+    split = Split(name, *(parts[p] for p in PARTS))
     used = np.concatenate([parts[p] for p in SUBSETS])
     if np.intersect1d(parts["dropped"], used).size:
         raise SplitError(f"split file {str(path)!r} drops concepts it also uses")

@@ -12,7 +12,7 @@ from typing import Any
 
 from curi import validate
 from curi.errors import ConfigError, SplitError, SplitOptionError
-from curi.splits.base import VAL_POLICIES
+from curi.splits.base import VAL_POLICIES, check_name
 from curi.splits.rules import COMMON_KEYS, SPLIT_RULES, SplitRule
 
 __all__ = ["SplitSpec"]
@@ -67,6 +67,7 @@ class SplitSpec:
         options: Any = None,
         **rule_options: Any,
     ) -> None:
+        name = check_name(name)
         entry = _rule(name, rule)
         if options is None:
             options = _make_options(name, entry, rule_options)
@@ -85,7 +86,7 @@ class SplitSpec:
         if val == "disjoint" and not 0 <= val_fraction <= 1:
             raise SplitError(f"split {name!r}: val_fraction must lie in [0, 1], got {val_fraction}")
         for key, value in [
-            ("name", str(name)),
+            ("name", name),
             ("rule", entry.name),
             ("val", val),
             ("val_fraction", val_fraction),

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from curi import validate
 from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
+from curi.paths import output_path
 
 __all__ = ["lm", "lm_compare", "lm_export", "lm_rules"]
 
@@ -43,6 +44,7 @@ def lm_export(cfg: DictConfig) -> None:
     from curi.splits import make_split
 
     _required(cfg, "out", "the task folder to write", "curi lm export out=DIR")
+    output_path(cfg.out, folder=True)
     n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
     seed = validate.seed(cfg.seed)
     eval_scenes = validate.integer(cfg.eval_scenes, "eval_scenes", low=0, high=10**6)
@@ -83,6 +85,7 @@ def lm_compare(cfg: DictConfig) -> None:
 
     _required(cfg, "results", "lm-eval's output folder", "curi lm compare results=DIR tasks=DIR")
     _required(cfg, "tasks", "the task folder of `curi lm export`", "curi lm compare tasks=DIR")
+    out = output_path(cfg.out, folder=False) if cfg.get("out") else None
     bank = open_bank_from_config(cfg)
     rows = compare(
         bank,
@@ -93,8 +96,8 @@ def lm_compare(cfg: DictConfig) -> None:
         likelihood=cfg.likelihood,
     )
     table = format_table(rows)
-    if cfg.get("out"):
-        write_text(Path(cfg.out), json.dumps(rows, indent=1) + "\n")
+    if out is not None:
+        write_text(out, json.dumps(rows, indent=1) + "\n")
     print(table)
 
 
@@ -105,6 +108,7 @@ def lm_rules(cfg: DictConfig) -> None:
     from curi.splits import make_split
 
     _required(cfg, "out", "the task folder to write", "curi lm rules out=DIR")
+    output_path(cfg.out, folder=True)
     n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
     tokens = validate.integer(cfg.max_gen_toks, "max_gen_toks", low=1, high=10**4)
     user_rules = read_rules(cfg.rules) if cfg.rules else None  # before building a bank
