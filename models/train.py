@@ -75,10 +75,11 @@ def train(
     ``eval_every`` steps and at the end) measures mAP on the bank's evaluation set and CBA on
     ``val_episodes`` val episodes; the best checkpoint by val mAP is ``checkpoints/best.pt``.
     Checkpoints ``checkpoints/step_XXXXXXX.pt`` (and ``last.pt``) every ``checkpoint_every``
-    steps and at the end hold the model, optimizer, step and ``run.to_dict()``. Under ``torchrun`` (WORLD_SIZE > 1) the model is wrapped in
-    DDP, each process takes its own episodes (a step trains on batch size x world size
-    episodes), rank 0 writes; every process ends with the same weights, and a run is
-    deterministic for a given world size (docs/cluster.md, "Multi-node training").
+    steps and at the end hold the model, optimizer, step and ``run.to_dict()``. Under
+    ``torchrun`` (WORLD_SIZE > 1) the model is wrapped in DDP, each process takes its own
+    episodes (a step trains on batch size x world size episodes), rank 0 writes; every process
+    ends with the same weights, and a run is deterministic for a given world size
+    (docs/cluster.md, "Multi-node training").
 
     SIGUSR1 or SIGTERM (a scheduler's warning before preemption or the time limit) stops the
     run after the current step (under DDP, a step all processes agree on): the checkpoint of

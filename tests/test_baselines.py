@@ -378,6 +378,7 @@ def test_a_fifo_run_json_is_one_line_not_a_hang(tiny_bank_dir, tmp_path):
     r = run_curi("baselines", *args, cwd=tmp_path, timeout=60)
     _one_line(r, "run.json", "is a FIFO, not a regular file")
 
+
 # --- a tampered sweep folder ends in one line naming the file and the field --------------------
 
 RUN = "runs/rn/concept_iid/seed0"

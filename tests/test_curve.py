@@ -140,6 +140,7 @@ def _collect_refuses(out, fifo: str) -> None:
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
     assert fifo in lines[0] and "is a FIFO, not a regular file" in lines[0]
 
+
 # --- a tampered curve folder ends in one line naming the file and the field --------------------
 
 _SETTINGS = {"base": {"rule": "mcd"}, "negatives": ["hard"], "episodes": 40}
