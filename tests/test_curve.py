@@ -129,7 +129,8 @@ def test_a_fifo_in_a_curve_folder_is_one_line_not_a_hang(tmp_path):
     os.mkfifo(points / "plan.json")
     _collect_refuses(points.parent, "plan.json")
     (points / "plan.json").unlink()
-    (points / "plan.json").write_text(json.dumps({"settings": {}, "points": ["p0"]}))
+    plan = {"settings": {"negatives": ["hard"]}, "points": ["p0"], "targets": [0.0]}
+    (points / "plan.json").write_text(json.dumps({**plan, "max_dc": {}, "seconds": 0.0}))
     os.mkfifo(points / "p0.json")
     _collect_refuses(points.parent, "p0.json")
 
