@@ -30,7 +30,7 @@ from curi.models.data import (
     renders_on_cuda,
 )
 from curi.models.protonet import ProtoNet
-from curi.models.runtime import autocast, resolve_device, to_device
+from curi.models.runtime import StopSignals, autocast, resolve_device, to_device
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.gap import score_split
 from curi.oracles.metrics import (
@@ -86,6 +86,7 @@ def embed_eval_set(
         batch_size=None,
         num_workers=0 if on_gpu else num_workers,
         pin_memory=device.type == "cuda" and not on_gpu,
+        worker_init_fn=StopSignals.worker_init,  # validation during training: see there
     )
     parts = []
     for item in loader:
@@ -151,6 +152,7 @@ def evaluate_episodes(
             collate_fn=collate_episodes,
             num_workers=0 if on_gpu else num_workers,
             pin_memory=device.type == "cuda" and not on_gpu,
+            worker_init_fn=StopSignals.worker_init,
         )
         aps, concepts, q_scores, q_labels = [], [], [], []
         q_loss = c_loss = 0.0

@@ -251,12 +251,15 @@ class StopSignals:
     for it) and read one step later, so all processes stop after the same step.
 
     Handlers are installed only in the main thread (Python's rule); elsewhere nothing stops.
-    Processes forked inside the block (DataLoader workers) inherit the handler, so they ignore
-    the signal: a scheduler that signals the whole process tree (SLURM) does not kill them
-    under the main process, which ends them itself.
+    A scheduler or ``timeout`` may signal the whole process group, DataLoader workers
+    included; torch's workers end on a SIGTERM from anyone but their parent, which would fail
+    the main process before it saves its step. So every DataLoader of training and validation
+    takes `worker_init` as its ``worker_init_fn``: a worker started while the block is open
+    ignores the stop signals, and the main process ends its workers after the stop.
     """
 
     SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+    _open = False  # a block has installed its handlers in this process (forks inherit it)
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -265,6 +268,14 @@ class StopSignals:
         self._pending: tuple | None = None  # (async work, its flag tensor)
         self._group = None
 
+    @staticmethod
+    def worker_init(worker_id: int) -> None:
+        """A DataLoader ``worker_init_fn``: in a worker forked while a block is open (in the
+        main thread), SIGUSR1 and SIGTERM are ignored; elsewhere nothing changes."""
+        if StopSignals._open:
+            for sig in StopSignals.SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
@@ -272,6 +283,7 @@ class StopSignals:
                 if before is not signal.SIG_IGN:
                     self._previous[sig] = before
                     signal.signal(sig, self._note)
+            StopSignals._open = True
         if self.rt.distributed:
             self._group = dist.new_group(backend="gloo")
         return self
@@ -305,6 +317,7 @@ class StopSignals:
     def __exit__(self, exc_type, exc, tb) -> None:
         for sig, before in self._previous.items():  # kept for `forward`
             signal.signal(sig, before)
+        StopSignals._open = False
         if self._group is not None and exc_type is None:  # every process sent the last flag
             if self._pending is not None:
                 self._pending[0].wait()

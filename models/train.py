@@ -447,6 +447,7 @@ def train_loader(
         collate_fn=pass_batch,
         num_workers=run.train.num_workers,
         pin_memory=rt.device.type == "cuda",
+        worker_init_fn=StopSignals.worker_init,  # a stop signal to the group spares them
     )
     if not in_main:
         return loader

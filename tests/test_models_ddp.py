@@ -6,6 +6,7 @@ resume from its checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -175,6 +176,47 @@ def test_sigusr1_saves_the_step_reached_and_the_same_command_resumes(tiny_bank_d
     assert _summary(again.stdout)["steps"] == steps
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["tag"] == "train"] == list(range(1, steps + 1))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
+def test_a_stop_signal_to_the_whole_process_group_saves_the_step(tiny_bank_dir, tmp_path, signum):
+    # As `timeout` and schedulers do: the DataLoader workers get the signal too. They ignore
+    # it (torch's own SIGTERM handler ended them, and the run failed without its checkpoint).
+    run_dir = tmp_path / "run"
+    args = [
+        *CURI,
+        *TRAIN,
+        "pooling=avg",
+        "train.num_workers=2",
+        "train.checkpoint_every=100000",  # only the stop saves
+        "train.eval_every=100000",
+        f"data_dir={tiny_bank_dir.parent}",
+        f"output_dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        [*args, "train.steps=100000"],  # never reached: the signal comes mid-run
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_training(run_dir, proc, timeout=60)
+        os.killpg(proc.pid, signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum, err[-3000:]
+    reached = load_checkpoint(run_dir / "checkpoints" / "last.pt")[0]["step"]
+    assert (run_dir / "checkpoints" / f"step_{reached:07d}.pt").is_file()
+    more = [*args, f"train.steps={reached + 2}"]  # two steps more, resumed
+    again = subprocess.run(more, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"at step {reached}" in again.stdout + again.stderr  # "resumed from ... at step N"
+    assert _summary(again.stdout)["steps"] == reached + 2
 
 
 _STOP_CHILD = """
