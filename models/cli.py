@@ -18,6 +18,7 @@ from curi.errors import ConfigError
 from curi.models.config import RunConfig, check_eval_options
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
 from curi.models.plots import plot_baselines, plot_metrics
+from curi.models.runtime import torchrun_env
 from curi.models.train import train as train_run
 from curi.paths import inside
 
@@ -48,6 +49,7 @@ def run_config(cfg: DictConfig) -> RunConfig:
 def train(cfg: DictConfig) -> None:
     """Train a prototypical network; checkpoints, metrics and TensorBoard logs."""
     run = run_config(cfg)
+    torchrun_env()  # a bad torchrun environment fails before a bank is built or opened
     if cfg.get("build"):  # asked for: build a missing bank first (else training refuses it)
         open_bank(run.bank, run.data_dir, progress=cfg.progress, build=True)
     summary = train_run(run, run_dir=Path(cfg.output_dir), resume=cfg.resume, progress=cfg.progress)

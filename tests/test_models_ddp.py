@@ -287,3 +287,33 @@ def test_world_size_without_the_rest_of_torchruns_environment_is_one_clear_error
     monkeypatch.setenv("MASTER_PORT", "1")
     with pytest.raises(ConfigError, match=r"RANK='one' is not an integer"):
         start_runtime("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "-1")  # was taken as one process
+    with pytest.raises(ConfigError, match=r"WORLD_SIZE=-1 must be at least 1"):
+        start_runtime("cpu")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "5"}, "RANK=5 is outside 0..1"),  # waited 30 minutes at the rendezvous
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not an integer"),  # a raw ValueError
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is outside 1..65535"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK=-1 is outside 0..1"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),  # trained in one process
+    ],
+    ids=["rank", "port", "port-range", "local-rank", "world"],
+)
+def test_a_bad_torchrun_environment_is_one_line_before_the_bank(tmp_path, env, message):
+    torchrun = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    torchrun["MASTER_PORT"] = str(_free_port())
+    r = subprocess.run(
+        [*CURI, *TRAIN, "device=cpu", f"data_dir={tmp_path / 'none'}", f"output_dir={tmp_path}"],
+        env=ENV | torchrun | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"curi train: error: {message}")
+    assert not (tmp_path / "none").exists()  # checked before the bank is looked for
