@@ -129,7 +129,8 @@ class Launcher:
         folder: where the engine keeps its logs and pickles (submitit: ``<folder>/%j``).
         threads: torch threads of each job; None: the cores the launcher gives a job
             (submitit ``cpus_per_task``, Ray ``remote.num_cpus``, 1 when unset; ``basic``:
-            torch's default). Fixed threads make the numbers the same under every launcher.
+            torch's default). Fixed threads make the numbers the same under every launcher;
+            the sweeps fix them (`for_sweep`).
         wait: wait for the jobs (False: submit to SLURM and return; collect later).
     """
 
@@ -159,6 +160,12 @@ class Launcher:
     def in_process(self) -> bool:
         """Whether the jobs run in this process (progress bars and logs show here)."""
         return self.name == "basic"
+
+    def for_sweep(self) -> Launcher:
+        """This launcher with one torch thread per job unless `threads` is set: the thread
+        count changes the order of torch's reductions, hence a run's numbers, so a sweep pins
+        it and the same command gives the same table under every launcher."""
+        return self if self.threads is not None else dataclasses.replace(self, threads=1)
 
     def job_threads(self) -> int | None:
         """The torch threads each job sets (None: leave torch's default)."""

@@ -44,20 +44,28 @@ def _rows(out):
     return rows, runs, table
 
 
-def _sweep(tmp_path, bank_dir, out, *more):
+def _sweep(tmp_path, bank_dir, out, *more, sweep=SWEEP):
     return run_curi(
-        "baselines", *SWEEP, f"data_dir={bank_dir.parent}", f"output_dir={out}", *more, cwd=tmp_path
+        "baselines", *sweep, f"data_dir={bank_dir.parent}", f"output_dir={out}", *more, cwd=tmp_path
     )
 
 
 def test_submitit_local_writes_the_basic_launchers_table(tiny_bank_dir, tmp_path):
+    # threads left at null: one torch thread a job under both (basic left torch's default,
+    # submitit gave a job its CPUs, and the tables differed)
     basic, local = tmp_path / "basic", tmp_path / "local"
-    r = _sweep(tmp_path, tiny_bank_dir, basic, "splits=[counting]")
+    sweep = [a for a in SWEEP if a != "threads=1"]
+    r = _sweep(tmp_path, tiny_bank_dir, basic, "splits=[counting]", sweep=sweep)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = _sweep(tmp_path, tiny_bank_dir, local, "hydra/launcher=submitit_local", "splits=[counting]")
+    more = ["hydra/launcher=submitit_local", "splits=[counting]"]
+    r = _sweep(tmp_path, tiny_bank_dir, local, *more, sweep=sweep)
     assert r.returncode == 0, r.stderr[-2000:]
     (b_rows, b_runs, b), (l_rows, l_runs, _) = _rows(basic), _rows(local)
     assert len(b_rows) == 1 and b_rows == l_rows and b_runs == l_runs
+    for out in (basic, local):  # as planned (run.json) and as the job ran (result.json)
+        run = out / "runs" / "schema-relation_net" / "counting" / "seed0"
+        assert json.loads((run / "run.json").read_text())["threads"] == 1
+        assert json.loads((run / "result.json").read_text())["threads"] == 1
     assert all(row["oracle_strong"] is not None for row in b_rows)
     assert b["incomplete"] == []
     # each run was a job of its own process, its log under the sweep's folder
