@@ -27,6 +27,7 @@ from curi.models.checkpoint import (
     MetricLogger,
     link_checkpoint,
     load_checkpoint,
+    load_weights,
     save_checkpoint,
     state_digest,
 )
@@ -325,7 +326,7 @@ def _resume(
         raise ConfigError(
             f"output_dir {path.parent.parent} already holds a run: {e} in another output_dir"
         ) from None
-    model.load_state_dict(ckpt["model"])
+    load_weights(model, ckpt, path)
     opt.load_state_dict(ckpt["optimizer"])
     if ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])

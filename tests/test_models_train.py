@@ -37,6 +37,7 @@ from curi.models import (
     start_runtime,
 )
 from curi.models import cli as models_cli
+from curi.models.checkpoint import save_checkpoint
 from curi.models.train import train
 from curi.oracles.metrics import average_precision, class_balanced_accuracy
 from curi.renderers import list_renderers
@@ -481,3 +482,18 @@ def test_checkpoint_that_needs_unsafe_globals_is_refused_cleanly(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_checkpoint(garbage)
     assert "weights_only" not in str(err.value)
+
+
+def test_resume_refuses_a_checkpoint_with_weights_that_are_not_finite(tiny_bank_dir, tmp_path):
+    over = ["train.steps=2", "train.checkpoint_every=1", "train.eval_every=100"]
+    run = tmp_path / "run"
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over, "train.val_episodes=4"))
+    step1 = run / "checkpoints" / "step_0000001.pt"
+    payload, _ = load_checkpoint(step1)
+    next(iter(payload["model"].values())).view(-1)[0] = float("inf")
+    save_checkpoint(payload, step1)  # as a run that diverged writes it, with its digest
+    again = tmp_path / "again"
+    cfg = _train_cfg(tiny_bank_dir, again, *over, "train.val_episodes=4", f"resume={step1}")
+    with pytest.raises(ConfigError, match=r"step_0000001\.pt holds weights that are NaN or inf"):
+        models_cli.train(cfg)  # was resumed, training on from infinite weights
+    assert not (again / "checkpoints").exists()
