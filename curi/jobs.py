@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from curi.atomic import exclusive
 from curi.errors import ConfigError
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "check_installed",
     "check_options",
     "run_jobs",
+    "sweep_lock",
 ]
 
 log = logging.getLogger("curi")
@@ -177,6 +179,20 @@ class Launcher:
             remote = dict(dict(self.options.get("ray") or {}).get("remote") or {})
             return max(1, int(remote.get("num_cpus", 1)))
         return None
+
+
+def sweep_lock(out_dir: str | Path) -> contextlib.AbstractContextManager:
+    """The lock of a sweep's folder (``<out_dir>/.sweep.lock``, `curi.atomic.exclusive`), held
+    by the command that plans, runs and collects its jobs: a second command on the folder
+    fails at once in one line. Jobs lock what they write themselves (a training run its own
+    folder, another file), so a job never waits for its command's lock.
+
+    Raises:
+        ConfigError: another process holds it (naming its pid).
+    """
+    return exclusive(
+        Path(out_dir) / "sweep", what=f"output_dir={out_dir} (a sweep)", error=ConfigError
+    )
 
 
 def check_options(name: str, keys) -> None:

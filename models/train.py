@@ -6,6 +6,7 @@ arguments only: the command line lives in `curi.models.cli`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -18,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from curi.atomic import exclusive
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
@@ -103,25 +105,37 @@ def train(
 
     Raises:
         ConfigError: bad config, CUDA asked for but absent, a resume checkpoint (or the
-            run already in `run_dir`) made by a different config, or processes that found
-            different checkpoints to resume from (a `run_dir` not shared by all nodes).
+            run already in `run_dir`) made by a different config, processes that found
+            different checkpoints to resume from (a `run_dir` not shared by all nodes), or
+            another process training into `run_dir`.
         TrainingStopped: stopped by a signal (a `SystemExit`), after saving a checkpoint.
     """
     rt = start_runtime(run.device, settings=run.train)
     try:
-        fit = _wire(run, rt, Path(run_dir), bank=bank, resume=resume, progress=progress)
-        try:
-            if fit.start >= fit.run.train.steps:
-                return _finished(fit)
-            with StopSignals(rt) as stop:
-                done, seconds, signum = _run_steps(fit, stop, progress=progress)
-            if signum is not None:
-                _stop(fit, stop, signum, done)
-        finally:
-            fit.logger.close()
-        return fit.summary(done, seconds)
+        with _hold(Path(run_dir), rt):
+            fit = _wire(run, rt, Path(run_dir), bank=bank, resume=resume, progress=progress)
+            try:
+                if fit.start >= fit.run.train.steps:
+                    return _finished(fit)
+                with StopSignals(rt) as stop:
+                    done, seconds, signum = _run_steps(fit, stop, progress=progress)
+                if signum is not None:
+                    _stop(fit, stop, signum, done)
+            finally:
+                fit.logger.close()
+            return fit.summary(done, seconds)
     finally:
         rt.close()
+
+
+def _hold(run_dir: Path, rt: Runtime) -> contextlib.AbstractContextManager:
+    """The run folder's lock for this process (`curi.atomic.exclusive`): ``.run.lock`` in it,
+    ``.run-rank<N>.lock`` for rank N > 0 of a DDP run, whose processes share the folder. A
+    second run into the folder fails at once instead of training beside this one."""
+    name = "run" if rt.is_main else f"run-rank{rt.rank}"
+    return exclusive(
+        run_dir / name, what=f"output_dir={run_dir} (a training run)", error=ConfigError
+    )
 
 
 def _stop(fit: _Fit, stop: StopSignals, signum: int, done: int) -> None:

@@ -157,6 +157,37 @@ def test_a_job_killed_mid_run_is_resumed_by_the_next_invocation(tiny_bank_dir, t
     assert json.loads((run.parent / "result.json").read_text())["steps"] == 40
 
 
+@pytest.mark.parametrize("command", ["baselines", "curve"])
+def test_a_second_command_on_a_sweeps_folder_fails_at_once(tiny_bank_dir, tmp_path, command):
+    out = tmp_path / "sweep"
+    args = {
+        "baselines": [*SWEEP, "splits=[concept_iid]", "train.steps=100000"],
+        "curve": ["bank=tiny", "seeds=[0]", "paper_splits=false", "progress=false"],
+    }[command]
+    args = [command, *args, f"data_dir={tiny_bank_dir.parent}", f"output_dir={out}"]
+    cmd = [sys.executable, "-c", "from curi.cli import main; main()", *args]
+    first = subprocess.Popen(
+        cmd, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / ".sweep.lock").is_file():
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first command did not start"
+            time.sleep(0.1)
+        second = run_curi(*args, cwd=tmp_path, timeout=60)
+        assert first.poll() is None  # still running, alone
+    finally:  # the command and its jobs (one session)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert second.returncode == 2, second.stderr[-3000:]
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(
+        f"curi {command}: error: output_dir={out} (a sweep) is being written by another process "
+        f"(pid {first.pid}, holding the lock {out / '.sweep.lock'})"
+    )
+
+
 @pytest.mark.slow  # run and reported in docs/benchmarks.md (CI time)
 def test_the_curve_under_submitit_equals_the_basic_launcher(tiny_bank, tmp_path):
     from curi.jobs import Launcher
