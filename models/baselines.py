@@ -239,7 +239,7 @@ def _claim(r: BaselineRun, ident: dict, force: bool) -> dict | None:
     folder made with other settings is an error, or emptied with `force`."""
     saved = _read_json(r.dir / "run.json")
     if isinstance(saved, dict) and isinstance(saved.get("run"), dict):  # by an older curi
-        old = {"threads": ident["threads"], **saved}  # threads recorded since the third round
+        old = {"threads": ident["threads"], **saved}  # an older curi recorded no threads
         saved = {**old, "run": with_new_defaults(saved["run"], ident["run"])}
     if saved is not None and saved != ident:
         if not force:
