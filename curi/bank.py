@@ -44,7 +44,7 @@ from curi.bank_format import (
 )
 from curi.bits import num_words, popcount, select_bits, transpose_blocks, unpack_rows
 from curi.concepts import MAX_NESTING, Concept, parse
-from curi.errors import BankError, ConfigError, CuriError, known_options
+from curi.errors import BankError, BankMismatchError, ConfigError, CuriError, known_options
 from curi.executor import LOCATION_BINS, BitScenes, execute
 from curi.grammar import sample_concepts
 from curi.machine import available_cores
@@ -398,10 +398,7 @@ def _reuse(final: Path, cfg: BankConfig, *, force: bool) -> bool:
         if force:
             return False
         diff = sorted(k for k, v in cfg.identity().items() if bank.config.get(k) != v)
-        raise BankError(
-            f"a different bank already exists at {final} (differs in {diff}); delete it, "
-            f"rebuild with force=true, or choose another data_dir or bank name"
-        )
+        raise BankMismatchError(final, diff)
     log.info("bank %s already built; reusing it", final)
     return True
 
@@ -434,7 +431,7 @@ def build_bank(
 
     Raises:
         ConfigError: a bad option.
-        BankError: a different bank already occupies the directory (and not `force`).
+        BankMismatchError: a different bank already occupies the directory (and not `force`).
     """
     if isinstance(cfg, str):
         cfg = BankConfig.preset(cfg)

@@ -8,6 +8,7 @@ __all__ = [
     "CuriError",
     "ConceptError",
     "BankError",
+    "BankMismatchError",
     "SplitError",
     "ConfigError",
     "PredictionsError",
@@ -26,6 +27,20 @@ class ConceptError(CuriError, ValueError):
 
 class BankError(CuriError):
     """A concept bank that is missing, corrupt or does not match what was asked for."""
+
+
+class BankMismatchError(BankError):
+    """The folder ``args[0]`` holds a bank built from another config than the one asked for;
+    ``args[1]`` lists the config keys that differ. The message advises what `curi bank` can
+    do; a caller that knows where the bank asked for lives (a checkpoint's) says that instead.
+    """
+
+    def __str__(self) -> str:
+        where, diff = self.args
+        return (
+            f"a different bank already exists at {where} (differs in {diff}); delete it, "
+            "rebuild with force=true, or choose another data_dir or bank name"
+        )
 
 
 class SplitError(CuriError):

@@ -18,6 +18,7 @@ and only when their launcher runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import logging
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from curi.atomic import remove
+from curi.atomic import exclusive, remove
 from curi.errors import ConfigError
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "check_installed",
     "check_options",
     "run_jobs",
+    "sweep_lock",
 ]
 
 log = logging.getLogger("curi")
@@ -129,7 +131,8 @@ class Launcher:
         folder: where the engine keeps its logs and pickles (submitit: ``<folder>/%j``).
         threads: torch threads of each job; None: the cores the launcher gives a job
             (submitit ``cpus_per_task``, Ray ``remote.num_cpus``, 1 when unset; ``basic``:
-            torch's default). Fixed threads make the numbers the same under every launcher.
+            torch's default). Fixed threads make the numbers the same under every launcher;
+            the sweeps fix them (`for_sweep`).
         wait: wait for the jobs (False: submit to SLURM and return; collect later).
     """
 
@@ -160,6 +163,12 @@ class Launcher:
         """Whether the jobs run in this process (progress bars and logs show here)."""
         return self.name == "basic"
 
+    def for_sweep(self) -> Launcher:
+        """This launcher with one torch thread per job unless `threads` is set: the thread
+        count changes the order of torch's reductions, hence a run's numbers, so a sweep pins
+        it and the same command gives the same table under every launcher."""
+        return self if self.threads is not None else dataclasses.replace(self, threads=1)
+
     def job_threads(self) -> int | None:
         """The torch threads each job sets (None: leave torch's default)."""
         if self.threads is not None:
@@ -170,6 +179,20 @@ class Launcher:
             remote = dict(dict(self.options.get("ray") or {}).get("remote") or {})
             return max(1, int(remote.get("num_cpus", 1)))
         return None
+
+
+def sweep_lock(out_dir: str | Path) -> contextlib.AbstractContextManager:
+    """The lock of a sweep's folder (``<out_dir>/.sweep.lock``, `curi.atomic.exclusive`), held
+    by the command that plans, runs and collects its jobs: a second command on the folder
+    fails at once in one line. Jobs lock what they write themselves (a training run its own
+    folder, another file), so a job never waits for its command's lock.
+
+    Raises:
+        ConfigError: another process holds it (naming its pid).
+    """
+    return exclusive(
+        Path(out_dir) / "sweep", what=f"output_dir={out_dir} (a sweep)", error=ConfigError
+    )
 
 
 def check_options(name: str, keys) -> None:

@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import torch
+
 from curi import validate
 from curi.atomic import remove, write_text
 from curi.errors import ConfigError
@@ -213,15 +215,16 @@ def plan_runs(
     return out
 
 
-def _identity(run: RunConfig, evaluation: Mapping) -> dict:
-    """What makes a run folder's results: the run's config less where it ran, and the test
-    evaluation's settings."""
+def _identity(run: RunConfig, evaluation: Mapping, threads: int) -> dict:
+    """What makes a run folder's results: the run's config less where it ran, the test
+    evaluation's settings and the job's torch threads."""
     d = run.to_dict()
     for k in ("device", "data_dir"):
         d.pop(k)
     for k in ("num_workers", "log_every", "eval_chunk", "eval_batch_size", "cuda_graph"):
         d["train"].pop(k)
-    return {"run": d, "eval": {k: evaluation[k] for k in ("episodes", "seed", "negatives")}}
+    ev = {k: evaluation[k] for k in ("episodes", "seed", "negatives")}
+    return {"run": d, "eval": ev, "threads": threads}
 
 
 def _read_json(path: Path):
@@ -291,7 +294,8 @@ def _claim(r: BaselineRun, ident: dict, force: bool, root: Path) -> dict | None:
     """
     saved = _read_json(r.dir / "run.json")
     if isinstance(saved, dict) and isinstance(saved.get("run"), dict):  # by an older curi
-        saved = {**saved, "run": with_new_defaults(saved["run"], ident["run"])}
+        old = {"threads": ident["threads"], **saved}  # an older curi recorded no threads
+        saved = {**old, "run": with_new_defaults(saved["run"], ident["run"])}
     if saved is not None and saved != ident:
         if not force:
             raise ConfigError(
@@ -445,6 +449,7 @@ def _train_and_test(
         "train_cpu_seconds": round(spent["train_cpu_seconds"], 1),
         "eval_seconds": round(time.perf_counter() - t1, 1),
         "device": summary["device"],
+        "threads": torch.get_num_threads(),  # as the job ran: run.json's, set by the launcher
         "dir": str(r.dir),
     }
 
@@ -488,7 +493,9 @@ def run_baselines(
         eval_seed: the test episodes' seed (the same episodes for every run and the oracles).
         num_workers, batch_size: of the test evaluation (batch: the training batch size).
         force: start again a run whose folder was made with other settings (else an error).
-        launcher: where the jobs run (`curi.jobs.Launcher`).
+        launcher: where the jobs run (`curi.jobs.Launcher`), each with one torch thread
+            unless its ``threads`` says otherwise (`curi.jobs.Launcher.for_sweep`), as
+            ``run.json`` records (``threads``) and ``result.json`` confirms.
 
     Returns:
         `collect_baselines` of `out_dir`, or None when the jobs were submitted without
@@ -501,7 +508,7 @@ def run_baselines(
         RemovalError: with `force`, a run folder to empty that is a symlink or leads out of
             `out_dir` (through a symlinked configuration folder).
     """
-    launcher = launcher or Launcher()
+    launcher = (launcher or Launcher()).for_sweep()
     episodes = validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES)
     evaluation = {
         "episodes": episodes,
@@ -518,7 +525,7 @@ def run_baselines(
         ev = {**evaluation, "negatives": r.run.negatives}
         name = f"{r.baseline.name}/{r.split}/seed{r.seed}"
         plan.append({"name": name, "dir": str(r.dir.relative_to(out_dir))})
-        if _claim(r, _identity(r.run, ev), force, out_dir) is None:
+        if _claim(r, _identity(r.run, ev, launcher.threads), force, out_dir) is None:
             kw = {"num_workers": num_workers, "batch_size": batch_size, "progress": progress_in_job}
             jobs.append(Job(name, run_job, (r, where, ev), kw))
         else:

@@ -26,6 +26,7 @@ __all__ = [
     "check_checkpoint_bank",
     "link_checkpoint",
     "load_checkpoint",
+    "load_weights",
     "save_checkpoint",
     "state_digest",
 ]
@@ -42,7 +43,8 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
         ``(payload, file)``, tensors on the CPU.
 
     Raises:
-        ConfigError: nothing there, or not a checkpoint of this format.
+        ConfigError: nothing there, not a checkpoint of this format, or weights that are not
+            those saved (digest) or not finite.
     """
     p = Path(path).expanduser()
     if p.is_dir():
@@ -55,7 +57,62 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
     payload = _safe_load(p)
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{p} is not a curi checkpoint (format {CHECKPOINT_FORMAT})")
+    _check_weights(payload, p)
     return payload, p
+
+
+def _check_weights(payload: dict, p: Path) -> None:
+    """Refuse weights that are not those saved (their digest, ``model_sha256``, differs: a
+    byte flipped on disk, an edit) or not numbers (NaN or inf: the run diverged). A checkpoint
+    of an older curi has no digest: it loads, with a warning.
+
+    Raises:
+        ConfigError: no weights, a digest mismatch, or weights that are not finite.
+    """
+    model = payload.get("model")
+    if not isinstance(model, Mapping) or not all(
+        isinstance(t, torch.Tensor) for t in model.values()
+    ):
+        raise ConfigError(f"checkpoint {p} holds no model weights; use one written by `curi train`")
+    saved = payload.get("model_sha256")
+    if saved is None:
+        log.warning("%s has no digest of its weights (an older curi wrote it): not checked", p)
+    elif saved != state_digest(model):
+        raise ConfigError(
+            f"checkpoint {p} is damaged: its weights differ from the digest saved with them; "
+            "use another checkpoint of the run (checkpoints/step_*.pt), or train again"
+        )
+    bad = [k for k, t in model.items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise ConfigError(
+            f"checkpoint {p} holds weights that are NaN or infinite ({len(bad)} tensors, e.g. "
+            f"{bad[0]}): the run diverged before this step; resume from an earlier checkpoint "
+            "(resume=<run>/checkpoints/step_N.pt), or train again with a lower train.lr"
+        )
+
+
+def load_weights(model: torch.nn.Module, payload: Mapping, path: Path) -> None:
+    """Load a checkpoint's weights (``payload["model"]``) into `model`, which its config built.
+
+    Raises:
+        ConfigError: weights of another model (a pooling or sizes other than the config's:
+            an edited checkpoint), naming the first weight missing, unexpected or misshapen.
+    """
+    state, mine = payload["model"], model.state_dict()
+    problems = [f"{k} missing" for k in mine if k not in state]
+    problems += [f"{k} unexpected" for k in state if k not in mine]
+    problems += [
+        f"{k} of shape {tuple(state[k].shape)}, not {tuple(t.shape)}"
+        for k, t in mine.items()
+        if k in state and state[k].shape != t.shape
+    ]
+    if problems:
+        raise ConfigError(
+            f"checkpoint {path} holds weights of another model than its config describes "
+            f"({len(problems)} problems, e.g. {problems[0]}); use a checkpoint written by "
+            "`curi train`, unedited"
+        )
+    model.load_state_dict(state)
 
 
 def _safe_load(p: Path) -> object:
@@ -105,7 +162,9 @@ def check_checkpoint_bank(ckpt_bank: Mapping, bank, path: str | Path | None = No
 
 
 def save_checkpoint(payload: dict, path: Path) -> None:
-    """torch.save to a temporary name, then rename into place (never a half-written file)."""
+    """torch.save to a temporary name, then rename into place (never a half-written file),
+    with the digest of the model's weights (``model_sha256``), which `load_checkpoint` checks."""
+    payload = {**payload, "model_sha256": state_digest(payload["model"])}
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:  # on a full disk torch's error keeps the OSError as context
             torch.save(payload, f)

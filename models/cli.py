@@ -15,9 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from curi.bank import open_bank
 from curi.core_cli import job_launcher, open_bank_from_config
 from curi.errors import ConfigError
+from curi.jobs import sweep_lock
 from curi.models.config import RunConfig, check_eval_options
 from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
 from curi.models.plots import plot_baselines, plot_metrics
+from curi.models.runtime import torchrun_env
 from curi.models.train import train as train_run
 from curi.paths import inside
 
@@ -48,6 +50,7 @@ def run_config(cfg: DictConfig) -> RunConfig:
 def train(cfg: DictConfig) -> None:
     """Train a prototypical network; checkpoints, metrics and TensorBoard logs."""
     run = run_config(cfg)
+    torchrun_env()  # a bad torchrun environment fails before a bank is built or opened
     if cfg.get("build"):  # asked for: build a missing bank first (else training refuses it)
         open_bank(run.bank, run.data_dir, progress=cfg.progress, build=True)
     summary = train_run(run, run_dir=Path(cfg.output_dir), resume=cfg.resume, progress=cfg.progress)
@@ -136,28 +139,29 @@ def baselines(cfg: DictConfig) -> None:
         chunk=1,
     )
     launcher = job_launcher(out, threads=c["threads"], wait=c["wait"])
-    bank = open_bank(
-        c["bank"], c["data_dir"], progress=c["progress"], build=True if c["build"] else None
-    )
-    table = run_baselines(
-        runs,
-        bank=bank,
-        out_dir=out,
-        episodes=c["episodes"],
-        eval_seed=c["eval_seed"],
-        oracles=c["oracles"],
-        prior=c["prior"],
-        likelihood=c["likelihood"],
-        num_workers=c["train"].get("num_workers", 0),
-        batch_size=c["eval_batch_size"],
-        force=c["force"],
-        progress=c["progress"],
-        launcher=launcher,
-    )
-    if table is None:
-        print(f"jobs submitted; once they end: curi baselines collect output_dir={out}")
-        return
-    _write_baselines(table, out)
+    with sweep_lock(out):  # one command at a time in a sweep's folder; each job locks its run
+        bank = open_bank(
+            c["bank"], c["data_dir"], progress=c["progress"], build=True if c["build"] else None
+        )
+        table = run_baselines(
+            runs,
+            bank=bank,
+            out_dir=out,
+            episodes=c["episodes"],
+            eval_seed=c["eval_seed"],
+            oracles=c["oracles"],
+            prior=c["prior"],
+            likelihood=c["likelihood"],
+            num_workers=c["train"].get("num_workers", 0),
+            batch_size=c["eval_batch_size"],
+            force=c["force"],
+            progress=c["progress"],
+            launcher=launcher,
+        )
+        if table is None:
+            print(f"jobs submitted; once they end: curi baselines collect output_dir={out}")
+            return
+        _write_baselines(table, out)
 
 
 def baselines_collect(cfg: DictConfig) -> None:
@@ -165,7 +169,8 @@ def baselines_collect(cfg: DictConfig) -> None:
     from curi.models.baselines import collect_baselines
 
     out = Path(cfg.output_dir)
-    _write_baselines(collect_baselines(out), out)
+    with sweep_lock(out):
+        _write_baselines(collect_baselines(out), out)
 
 
 def _write_baselines(table: dict, out: Path) -> None:

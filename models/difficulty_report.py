@@ -24,7 +24,7 @@ from curi.concepts import parse
 from curi.divergence import DivergenceIndex
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError, SplitError
-from curi.models.checkpoint import check_checkpoint_bank
+from curi.models.checkpoint import check_checkpoint_bank, load_weights
 from curi.oracles.difficulty_auc import (
     MAX_EPISODES_PER_CONCEPT,
     MIN_SPLITS,
@@ -137,7 +137,7 @@ def model_outcomes(
     dev = resolve_device(device)
     renderer = make_renderer(run.modality)
     model = build_model(run, renderer).to(dev)
-    model.load_state_dict(ckpt["model"])
+    load_weights(model, ckpt, path)
     model.eval()
     ev = EvalSet.from_bank(bank)
     emb = embed_eval_set(model, bank, run.modality, device=dev)

@@ -19,8 +19,8 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from curi.atomic import atomic_path, write_text
 from curi.episodes import EpisodeSampler
-from curi.errors import ConfigError
-from curi.models.checkpoint import check_checkpoint_bank
+from curi.errors import BankError, BankMismatchError, ConfigError
+from curi.models.checkpoint import check_checkpoint_bank, load_weights
 from curi.models.data import (
     EpisodeDataset,
     EvalSceneDataset,
@@ -30,7 +30,7 @@ from curi.models.data import (
     renders_on_cuda,
 )
 from curi.models.protonet import ProtoNet
-from curi.models.runtime import autocast, resolve_device, to_device
+from curi.models.runtime import StopSignals, autocast, resolve_device, to_device
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.gap import score_split
 from curi.oracles.metrics import (
@@ -86,6 +86,7 @@ def embed_eval_set(
         batch_size=None,
         num_workers=0 if on_gpu else num_workers,
         pin_memory=device.type == "cuda" and not on_gpu,
+        worker_init_fn=StopSignals.worker_init,  # validation during training: see there
     )
     parts = []
     for item in loader:
@@ -151,6 +152,7 @@ def evaluate_episodes(
             collate_fn=collate_episodes,
             num_workers=0 if on_gpu else num_workers,
             pin_memory=device.type == "cuda" and not on_gpu,
+            worker_init_fn=StopSignals.worker_init,
         )
         aps, concepts, q_scores, q_labels = [], [], [], []
         q_loss = c_loss = 0.0
@@ -323,8 +325,10 @@ def evaluate_checkpoint(
         `per_concept` (``oracle_ap_strong``, ``..._weak``, ``..._random``, ``..._prior``).
 
     Raises:
-        ConfigError: missing or unreadable checkpoint, bad options, CUDA asked for but absent,
-            or a `bank` other than the checkpoint's.
+        ConfigError: missing or unreadable checkpoint, weights that are damaged, not finite
+            or of another model than its config, bad options, CUDA asked for but absent, or a
+            `bank` other than the checkpoint's.
+        BankError: the checkpoint's bank is missing, or another bank is in its place.
     """
     from curi.models.checkpoint import load_checkpoint
     from curi.models.config import RunConfig, build_model, run_bank
@@ -338,13 +342,21 @@ def evaluate_checkpoint(
         raise ConfigError(f"checkpoint {path} stores a bad bank: {e}") from None
     dev = resolve_device(device)
     if bank is None:
-        bank = run_bank(
-            run,
-            data_dir=data_dir,
-            bank_path=ckpt.get("bank_path"),
-            progress=progress,
-            build=build,
-        )
+        try:
+            bank = run_bank(
+                run,
+                data_dir=data_dir,
+                bank_path=ckpt.get("bank_path"),
+                progress=progress,
+                build=build,
+            )
+        except BankMismatchError as e:  # its advice, force=true, would replace that bank
+            where, diff = e.args
+            raise BankError(
+                f"checkpoint {path} was trained on another bank than the one at {where} (they "
+                f"differ in {diff}); give the data_dir that holds its bank, or a new data_dir "
+                "with build=true to build that bank there"
+            ) from None
     else:
         check_checkpoint_bank(run.bank, bank, path)
     split_cfg = run.split if split is None else split
@@ -358,7 +370,7 @@ def evaluate_checkpoint(
         run = dataclasses.replace(run, modality={**run.modality, "device": render_device})
     renderer = make_renderer(run.modality)
     model = build_model(run, renderer).to(dev)
-    model.load_state_dict(ckpt["model"])
+    load_weights(model, ckpt, path)
     sampler = EpisodeSampler(bank, sp, subset, neg, seed=seed, size=episodes)
     ev = EvalSet.from_bank(bank)
     metrics = evaluate_episodes(

@@ -32,6 +32,7 @@ __all__ = [
     "resolve_device",
     "start_runtime",
     "to_device",
+    "torchrun_env",
 ]
 
 
@@ -164,6 +165,44 @@ def _env_int(name: str, default: int | None = None) -> int | None:
         raise ConfigError(f"{name}={raw!r} is not an integer; torchrun sets it") from None
 
 
+def _env_in(name: str, value: int, low: int, high: int, why: str) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={value} is outside {low}..{high} ({why}); start with torchrun")
+
+
+def torchrun_env() -> tuple[int, int, int]:
+    """``(WORLD_SIZE, RANK, LOCAL_RANK)`` of this process as ``torchrun`` sets them, checked
+    before any rendezvous (a rank no process group can hold would wait there for torch's
+    30-minute timeout): ``(1, 0, 0)`` without ``WORLD_SIZE``.
+
+    Raises:
+        ConfigError: a value that is not an integer, ``WORLD_SIZE`` below 1, ``WORLD_SIZE`` > 1
+            without ``RANK``, ``MASTER_ADDR`` or ``MASTER_PORT``, ``RANK`` outside
+            0..WORLD_SIZE-1, a negative ``LOCAL_RANK``, ``MASTER_PORT`` outside 1..65535.
+    """
+    world = _env_int("WORLD_SIZE", 1)
+    if world < 1:
+        raise ConfigError(
+            f"WORLD_SIZE={world} must be at least 1 (the number of processes); start the "
+            "processes with torchrun, or unset WORLD_SIZE to train in one process"
+        )
+    if world == 1:
+        return 1, 0, 0
+    if not dist.is_initialized():
+        missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+        if missing:
+            raise ConfigError(
+                f"WORLD_SIZE={world} but {', '.join(missing)} not set: start the processes "
+                "with torchrun (docs/cluster.md), or unset WORLD_SIZE to train in one process"
+            )
+        _env_in("MASTER_PORT", _env_int("MASTER_PORT"), 1, 65535, "a TCP port")
+    rank = _env_int("RANK", None if not dist.is_initialized() else dist.get_rank())
+    local = _env_int("LOCAL_RANK", 0)
+    _env_in("RANK", rank, 0, world - 1, f"one rank per process, WORLD_SIZE={world}")
+    _env_in("LOCAL_RANK", local, 0, world - 1, "the process's place on its node")
+    return world, rank, local
+
+
 def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None) -> Runtime:
     """The `Runtime` of this process, joining the ``torchrun`` process group when
     ``WORLD_SIZE`` > 1 (NCCL on CUDA, gloo on the CPU). The global ``RANK`` orders the
@@ -176,21 +215,13 @@ def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None
         settings: the run's `TrainSettings`, for the autocast dtype (default: no AMP).
 
     Raises:
-        ConfigError: an unknown device, CUDA asked for but not available, ``WORLD_SIZE`` > 1
-            without the rest of torchrun's environment, or more processes on a node than GPUs.
+        ConfigError: an unknown device, CUDA asked for but not available, a torchrun
+            environment `torchrun_env` refuses, or more processes on a node than GPUs.
     """
+    world, rank, local = torchrun_env()
     base = resolve_device(device)
-    world = max(1, _env_int("WORLD_SIZE", 1))
-    rank, owns = 0, False
+    owns = False
     if world > 1:
-        if not dist.is_initialized():
-            missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
-            if missing:
-                raise ConfigError(
-                    f"WORLD_SIZE={world} but {', '.join(missing)} not set: start the processes "
-                    "with torchrun (docs/cluster.md), or unset WORLD_SIZE to train in one process"
-                )
-        rank, local = _env_int("RANK"), _env_int("LOCAL_RANK", 0)
         if base.type == "cuda":
             if local >= torch.cuda.device_count():
                 raise ConfigError(
@@ -242,12 +273,15 @@ class StopSignals:
     for it) and read one step later, so all processes stop after the same step.
 
     Handlers are installed only in the main thread (Python's rule); elsewhere nothing stops.
-    Processes forked inside the block (DataLoader workers) inherit the handler, so they ignore
-    the signal: a scheduler that signals the whole process tree (SLURM) does not kill them
-    under the main process, which ends them itself.
+    A scheduler or ``timeout`` may signal the whole process group, DataLoader workers
+    included; torch's workers end on a SIGTERM from anyone but their parent, which would fail
+    the main process before it saves its step. So every DataLoader of training and validation
+    takes `worker_init` as its ``worker_init_fn``: a worker started while the block is open
+    ignores the stop signals, and the main process ends its workers after the stop.
     """
 
     SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+    _open = False  # a block has installed its handlers in this process (forks inherit it)
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -256,6 +290,14 @@ class StopSignals:
         self._pending: tuple | None = None  # (async work, its flag tensor)
         self._group = None
 
+    @staticmethod
+    def worker_init(worker_id: int) -> None:
+        """A DataLoader ``worker_init_fn``: in a worker forked while a block is open (in the
+        main thread), SIGUSR1 and SIGTERM are ignored; elsewhere nothing changes."""
+        if StopSignals._open:
+            for sig in StopSignals.SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
@@ -263,6 +305,7 @@ class StopSignals:
                 if before is not signal.SIG_IGN:
                     self._previous[sig] = before
                     signal.signal(sig, self._note)
+            StopSignals._open = True
         if self.rt.distributed:
             self._group = dist.new_group(backend="gloo")
         return self
@@ -296,6 +339,7 @@ class StopSignals:
     def __exit__(self, exc_type, exc, tb) -> None:
         for sig, before in self._previous.items():  # kept for `forward`
             signal.signal(sig, before)
+        StopSignals._open = False
         if self._group is not None and exc_type is None:  # every process sent the last flag
             if self._pending is not None:
                 self._pending[0].wait()

@@ -6,6 +6,7 @@ arguments only: the command line lives in `curi.models.cli`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -18,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from curi.atomic import remove
+from curi.atomic import exclusive, remove
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
@@ -28,6 +29,7 @@ from curi.models.checkpoint import (
     MetricLogger,
     link_checkpoint,
     load_checkpoint,
+    load_weights,
     save_checkpoint,
     state_digest,
 )
@@ -110,25 +112,37 @@ def train(
 
     Raises:
         ConfigError: bad config, CUDA asked for but absent, a resume checkpoint (or the
-            run already in `run_dir`) made by a different config, or processes that found
-            different checkpoints to resume from (a `run_dir` not shared by all nodes).
+            run already in `run_dir`) made by a different config, processes that found
+            different checkpoints to resume from (a `run_dir` not shared by all nodes), or
+            another process training into `run_dir`.
         TrainingStopped: stopped by a signal (a `SystemExit`), after saving a checkpoint.
     """
     rt = start_runtime(run.device, settings=run.train)
     try:
-        fit = _wire(run, rt, Path(run_dir), bank=bank, resume=resume, progress=progress)
-        try:
-            if fit.start >= fit.run.train.steps:
-                return _finished(fit)
-            with StopSignals(rt) as stop:
-                done, seconds, signum = _run_steps(fit, stop, progress=progress)
-            if signum is not None:
-                _stop(fit, stop, signum, done)
-        finally:
-            fit.logger.close()
-        return fit.summary(done, seconds)
+        with _hold(Path(run_dir), rt):
+            fit = _wire(run, rt, Path(run_dir), bank=bank, resume=resume, progress=progress)
+            try:
+                if fit.start >= fit.run.train.steps:
+                    return _finished(fit)
+                with StopSignals(rt) as stop:
+                    done, seconds, signum = _run_steps(fit, stop, progress=progress)
+                if signum is not None:
+                    _stop(fit, stop, signum, done)
+            finally:
+                fit.logger.close()
+            return fit.summary(done, seconds)
     finally:
         rt.close()
+
+
+def _hold(run_dir: Path, rt: Runtime) -> contextlib.AbstractContextManager:
+    """The run folder's lock for this process (`curi.atomic.exclusive`): ``.run.lock`` in it,
+    ``.run-rank<N>.lock`` for rank N > 0 of a DDP run, whose processes share the folder. A
+    second run into the folder fails at once instead of training beside this one."""
+    name = "run" if rt.is_main else f"run-rank{rt.rank}"
+    return exclusive(
+        run_dir / name, what=f"output_dir={run_dir} (a training run)", error=ConfigError
+    )
 
 
 def _stop(fit: _Fit, stop: StopSignals, signum: int, done: int) -> None:
@@ -361,7 +375,7 @@ def _resume(
         raise ConfigError(
             f"output_dir {path.parent.parent} already holds a run: {e} in another output_dir"
         ) from None
-    model.load_state_dict(ckpt["model"])
+    load_weights(model, ckpt, path)
     opt.load_state_dict(ckpt["optimizer"])
     if ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])
@@ -515,6 +529,7 @@ def train_loader(
         collate_fn=pass_batch,
         num_workers=s.num_workers,
         pin_memory=rt.device.type == "cuda",
+        worker_init_fn=StopSignals.worker_init,  # a stop signal to the group spares them
     )
     if not in_main:
         return loader

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from curi.atomic import write_text
 from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
+from curi.jobs import sweep_lock
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.report import markdown_table, plot_title, write_report
 from curi.paths import output_path, read_text
@@ -145,24 +146,25 @@ def curve(cfg: DictConfig) -> None:
     check_step(cfg.step)  # before the jobs: a NaN or tiny step fails after them, or never ends
     out = Path(cfg.output_dir)
     launcher = job_launcher(out, threads=cfg.threads)
-    bank = open_bank_from_config(cfg)
-    model = _model_results(str(cfg.model_results)) if cfg.get("model_results") else None
-    result = divergence_curve(
-        bank,
-        mcd=OmegaConf.to_container(cfg.mcd, resolve=True),
-        step=cfg.step,
-        seeds=list(cfg.seeds),
-        negatives=list(cfg.negatives),
-        episodes=int(cfg.episodes.test),
-        paper_splits=bool(cfg.paper_splits),
-        split_dir=out / "splits",
-        model_results=model,
-        workers=int(cfg.workers),
-        progress=bool(cfg.progress),
-        out_dir=out,
-        launcher=launcher,
-    )
-    _write_curve(result, out)
+    with sweep_lock(out):  # one command at a time in the curve's folder
+        bank = open_bank_from_config(cfg)
+        model = _model_results(str(cfg.model_results)) if cfg.get("model_results") else None
+        result = divergence_curve(
+            bank,
+            mcd=OmegaConf.to_container(cfg.mcd, resolve=True),
+            step=cfg.step,
+            seeds=list(cfg.seeds),
+            negatives=list(cfg.negatives),
+            episodes=int(cfg.episodes.test),
+            paper_splits=bool(cfg.paper_splits),
+            split_dir=out / "splits",
+            model_results=model,
+            workers=int(cfg.workers),
+            progress=bool(cfg.progress),
+            out_dir=out,
+            launcher=launcher,
+        )
+        _write_curve(result, out)
 
 
 def curve_collect(cfg: DictConfig) -> None:
@@ -170,7 +172,8 @@ def curve_collect(cfg: DictConfig) -> None:
     from curi.oracles.curve import collect_curve
 
     model = _model_results(str(cfg.model_results)) if cfg.get("model_results") else None
-    _write_curve(collect_curve(cfg.output_dir, model_results=model), Path(cfg.output_dir))
+    with sweep_lock(cfg.output_dir):
+        _write_curve(collect_curve(cfg.output_dir, model_results=model), Path(cfg.output_dir))
 
 
 def _write_curve(result: dict, out: Path) -> None:

@@ -125,7 +125,9 @@ def divergence_curve(
             a job in a process of its own uses one).
         progress: progress bars.
         out_dir: where the points are kept (None: a temporary folder).
-        launcher: where the jobs run (`curi.jobs.Launcher`).
+        launcher: where the jobs run (`curi.jobs.Launcher`), each with one torch thread
+            unless its ``threads`` says otherwise (`curi.jobs.Launcher.for_sweep`; recorded
+            in ``points/plan.json``).
 
     Returns:
         ``rows`` (one per split and negatives, with D_A, D_C and the gaps), ``targets``,
@@ -157,7 +159,7 @@ def divergence_curve(
         finally:
             remove(tmp, root=tmp.parent)
     t0 = time.perf_counter()
-    launcher = launcher or Launcher()
+    launcher = (launcher or Launcher()).for_sweep()
     out = Path(out_dir)
     base = {"rule": "mcd", "progress": False, **dict(mcd or {})}
     base.pop("target_dc", None)
@@ -184,6 +186,7 @@ def divergence_curve(
     _run_points(where, second, common, out, launcher, progress)
     plan = {"settings": {**common, "split_dir": None}, "points": [*first, *second]}
     plan.update(targets=tgts, max_dc=max_dc, seconds=round(time.perf_counter() - t0, 1))
+    plan["threads"] = launcher.threads
     write_text(out / "points" / "plan.json", json.dumps(plan, indent=2) + "\n")
     return collect_curve(out, model_results=model_results)
 

@@ -92,6 +92,12 @@ def test_command_tabulates_runs_beside_the_paper_then_skips_them(
 
     monkeypatch.setattr(baselines_mod, "train", refuse)
     monkeypatch.setattr(baselines_mod, "evaluate_checkpoint", refuse)
+    for name in ("rn", "tr"):  # run.json as an older curi wrote it, without threads: same run
+        path = out / "runs" / name / "concept_iid" / "seed0" / "run.json"
+        saved = json.loads(path.read_text())
+        assert saved.pop("threads") == 1  # one torch thread a job, as it ran:
+        assert json.loads((path.parent / "result.json").read_text())["threads"] == 1
+        path.write_text(json.dumps(saved))
     models_cli.baselines(_small(tiny_bank_dir, out))
     again = json.loads((out / "baselines.json").read_text())
     assert again["rows"] == table["rows"]

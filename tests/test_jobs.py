@@ -101,3 +101,11 @@ def test_ray_runs_jobs_on_a_local_instance():
     _check(out, 1)  # threads follow remote.num_cpus (1 unless set)
     assert out[3].value != os.getpid()
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_sweep_runs_each_job_with_one_thread_unless_told():
+    # the same table under every launcher: basic left torch's default, submitit gave cpus
+    assert Launcher().for_sweep().job_threads() == 1
+    assert Launcher("submitit_local", {"cpus_per_task": 2}).for_sweep().job_threads() == 1
+    assert Launcher("ray", {"ray": {"remote": {"num_cpus": 4}}}).for_sweep().job_threads() == 1
+    assert Launcher(threads=3).for_sweep().job_threads() == 3

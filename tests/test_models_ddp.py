@@ -6,6 +6,7 @@ resume from its checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -177,6 +178,47 @@ def test_sigusr1_saves_the_step_reached_and_the_same_command_resumes(tiny_bank_d
     assert [r["step"] for r in rows if r["tag"] == "train"] == list(range(1, steps + 1))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
+def test_a_stop_signal_to_the_whole_process_group_saves_the_step(tiny_bank_dir, tmp_path, signum):
+    # As `timeout` and schedulers do: the DataLoader workers get the signal too. They ignore
+    # it (torch's own SIGTERM handler ended them, and the run failed without its checkpoint).
+    run_dir = tmp_path / "run"
+    args = [
+        *CURI,
+        *TRAIN,
+        "pooling=avg",
+        "train.num_workers=2",
+        "train.checkpoint_every=100000",  # only the stop saves
+        "train.eval_every=100000",
+        f"data_dir={tiny_bank_dir.parent}",
+        f"output_dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        [*args, "train.steps=100000"],  # never reached: the signal comes mid-run
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_training(run_dir, proc, timeout=60)
+        os.killpg(proc.pid, signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum, err[-3000:]
+    reached = load_checkpoint(run_dir / "checkpoints" / "last.pt")[0]["step"]
+    assert (run_dir / "checkpoints" / f"step_{reached:07d}.pt").is_file()
+    more = [*args, f"train.steps={reached + 2}"]  # two steps more, resumed
+    again = subprocess.run(more, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"at step {reached}" in again.stdout + again.stderr  # "resumed from ... at step N"
+    assert _summary(again.stdout)["steps"] == reached + 2
+
+
 _STOP_CHILD = """
 import sys, torch
 torch.set_num_threads(1)
@@ -245,3 +287,33 @@ def test_world_size_without_the_rest_of_torchruns_environment_is_one_clear_error
     monkeypatch.setenv("MASTER_PORT", "1")
     with pytest.raises(ConfigError, match=r"RANK='one' is not an integer"):
         start_runtime("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "-1")  # was taken as one process
+    with pytest.raises(ConfigError, match=r"WORLD_SIZE=-1 must be at least 1"):
+        start_runtime("cpu")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "5"}, "RANK=5 is outside 0..1"),  # waited 30 minutes at the rendezvous
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not an integer"),  # a raw ValueError
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is outside 1..65535"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK=-1 is outside 0..1"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),  # trained in one process
+    ],
+    ids=["rank", "port", "port-range", "local-rank", "world"],
+)
+def test_a_bad_torchrun_environment_is_one_line_before_the_bank(tmp_path, env, message):
+    torchrun = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    torchrun["MASTER_PORT"] = str(_free_port())
+    r = subprocess.run(
+        [*CURI, *TRAIN, "device=cpu", f"data_dir={tmp_path / 'none'}", f"output_dir={tmp_path}"],
+        env=ENV | torchrun | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"curi train: error: {message}")
+    assert not (tmp_path / "none").exists()  # checked before the bank is looked for

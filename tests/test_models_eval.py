@@ -14,10 +14,15 @@ import torch
 from hydra import compose, initialize_config_module
 
 import curi
-from curi.errors import ConfigError
+from curi.errors import BankError, ConfigError
 from curi.models import RunConfig, build_model, make_renderer
 from curi.models import cli as models_cli
-from curi.models.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from curi.models.checkpoint import (
+    CHECKPOINT_FORMAT,
+    load_checkpoint,
+    save_checkpoint,
+    state_digest,
+)
 from curi.models.data import concept_max_len
 from curi.models.evaluate import (
     concept_table,
@@ -144,3 +149,82 @@ def test_curi_eval_writes_concepts_beside_metrics(tiny_bank, tiny_bank_dir, tmp_
     ap = np.array([r["model_ap"] for r in rows])
     assert n.sum() == 12
     assert np.isclose((n * ap).sum() / n.sum(), metrics["model"]["map"], atol=1e-12)
+
+
+def _edit(path, edit, *, digest: bool = False):
+    """The checkpoint at `path` changed by `edit(payload)` and saved again: with `digest` as a
+    run that wrote such weights would (the digest recomputed), else with the old digest."""
+    payload = torch.load(path, weights_only=True)
+    edit(payload)
+    if digest:
+        save_checkpoint(payload, path)
+    else:
+        torch.save(payload, path)
+    return path
+
+
+def _nan(payload):
+    next(iter(payload["model"].values()))[0] = float("nan")
+
+
+def _other_pooling(payload):
+    payload["config"]["pooling"] = {"name": "transformer", "d_model": 16, "num_layers": 1}
+
+
+def _other_width(payload):
+    payload["config"]["embed_dim"] = 12
+
+
+@pytest.mark.parametrize(
+    ("edit", "digest", "message"),
+    [
+        (_other_pooling, True, r"holds weights of another model .*\(\d+ problems, e\.g\. "),
+        (_other_width, True, r"weights of another model .* of shape \(8, "),
+        (_nan, True, r"weights that are NaN or infinite \(1 tensors, e\.g\. encoder\."),
+        (_nan, False, r"is damaged: its weights differ from the digest"),  # edited, not saved
+    ],
+    ids=["pooling", "shapes", "nan", "tampered"],
+)
+def test_eval_refuses_weights_that_do_not_fit_in_one_line(
+    tiny_bank, tmp_path, edit, digest, message
+):
+    ckpt = _checkpoint(tiny_bank, tmp_path / "m.pt")
+    _edit(ckpt, edit, digest=digest)
+    with pytest.raises(ConfigError, match=message) as e:
+        evaluate_checkpoint(ckpt, bank=tiny_bank, episodes=4, oracles=False)
+    assert "\n" not in str(e.value)
+
+
+def test_a_byte_flipped_in_the_weights_is_refused_and_an_old_checkpoint_warns(
+    tiny_bank, tmp_path, caplog
+):
+    ckpt = _checkpoint(tiny_bank, tmp_path / "m.pt")
+    payload = torch.load(ckpt, weights_only=True)
+    weight = max(payload["model"].values(), key=lambda t: t.numel())
+    data = bytearray(ckpt.read_bytes())
+    at = data.find(weight.numpy().tobytes()[:64])  # the tensor's bytes, stored as they are
+    assert at > 0
+    data[at + 3] ^= 0x40
+    ckpt.write_bytes(bytes(data))
+    assert state_digest(torch.load(ckpt, weights_only=True)["model"]) != payload["model_sha256"]
+    with pytest.raises(ConfigError, match=r"m\.pt is damaged: its weights differ from the digest"):
+        load_checkpoint(ckpt)
+    # written before digests were stored: it loads, with one line of warning
+    payload.pop("model_sha256")
+    torch.save(payload, ckpt)
+    with caplog.at_level("WARNING", logger="curi.models.checkpoint"):
+        assert load_checkpoint(ckpt)[0]["step"] == 0
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.endswith("m.pt has no digest of its weights (an older curi wrote it): not checked")
+
+
+def test_a_checkpoint_of_another_bank_config_never_advises_force(
+    tiny_bank, tiny_bank_dir, tmp_path
+):
+    # the data_dir holds a bank of the same name built otherwise: force=true would replace it
+    other = {**tiny_bank.config, "seed": 5}
+    ckpt = _checkpoint(tiny_bank, tmp_path / "m.pt", bank_config=other)
+    with pytest.raises(BankError) as e:
+        evaluate_checkpoint(ckpt, data_dir=tiny_bank_dir.parent, episodes=2, oracles=False)
+    assert str(e.value).startswith(f"checkpoint {ckpt} was trained on another bank than the one")
+    assert "differ in ['seed']" in str(e.value) and "force" not in str(e.value)

@@ -9,12 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import start_ddp_ranks
+from conftest import run_curi, start_ddp_ranks
 from hydra import compose, initialize_config_module
 from torch.utils.data import DataLoader
 
@@ -37,6 +38,7 @@ from curi.models import (
     start_runtime,
 )
 from curi.models import cli as models_cli
+from curi.models.checkpoint import save_checkpoint
 from curi.models.device_sampler import DeviceEpisodeSampler
 from curi.models.schedule import lr_at
 from curi.models.train import train
@@ -541,3 +543,50 @@ def test_checkpoint_that_needs_unsafe_globals_is_refused_cleanly(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_checkpoint(garbage)
     assert "weights_only" not in str(err.value)
+
+
+def test_resume_refuses_a_checkpoint_with_weights_that_are_not_finite(tiny_bank_dir, tmp_path):
+    over = ["train.steps=2", "train.checkpoint_every=1", "train.eval_every=100"]
+    run = tmp_path / "run"
+    models_cli.train(_train_cfg(tiny_bank_dir, run, *over, "train.val_episodes=4"))
+    step1 = run / "checkpoints" / "step_0000001.pt"
+    payload, _ = load_checkpoint(step1)
+    next(iter(payload["model"].values())).view(-1)[0] = float("inf")
+    save_checkpoint(payload, step1)  # as a run that diverged writes it, with its digest
+    again = tmp_path / "again"
+    cfg = _train_cfg(tiny_bank_dir, again, *over, "train.val_episodes=4", f"resume={step1}")
+    with pytest.raises(ConfigError, match=r"step_0000001\.pt holds weights that are NaN or inf"):
+        models_cli.train(cfg)  # was resumed, training on from infinite weights
+    assert not (again / "checkpoints").exists()
+
+
+def test_a_second_run_into_a_run_folder_fails_at_once(tiny_bank_dir, tmp_path):
+    run = tmp_path / "run"
+    base = ["train", "bank=tiny", "train=tiny", f"data_dir={tiny_bank_dir.parent}"]
+    base += [f"output_dir={run}", "progress=false", "device=cpu"]
+    first = subprocess.Popen(
+        [sys.executable, "-c", "from curi.cli import main; main()", *base, "train.steps=100000"],
+        cwd=tmp_path,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (run / "metrics.jsonl").is_file():  # written under the run's lock
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first run did not start"
+            time.sleep(0.1)
+        second = run_curi(*base, "train.steps=2", cwd=tmp_path, timeout=60)
+        assert first.poll() is None  # still training, alone
+    finally:
+        first.kill()
+        first.communicate()
+    assert second.returncode == 2, second.stderr[-3000:]  # both trained into one folder
+    (line,) = second.stderr.splitlines()
+    assert line == (
+        f"curi train: error: output_dir={run} (a training run) is being written by another "
+        f"process (pid {first.pid}, holding the lock {run / '.run.lock'}); wait for it to "
+        "finish, or write elsewhere"
+    )

@@ -44,20 +44,28 @@ def _rows(out):
     return rows, runs, table
 
 
-def _sweep(tmp_path, bank_dir, out, *more):
+def _sweep(tmp_path, bank_dir, out, *more, sweep=SWEEP):
     return run_curi(
-        "baselines", *SWEEP, f"data_dir={bank_dir.parent}", f"output_dir={out}", *more, cwd=tmp_path
+        "baselines", *sweep, f"data_dir={bank_dir.parent}", f"output_dir={out}", *more, cwd=tmp_path
     )
 
 
 def test_submitit_local_writes_the_basic_launchers_table(tiny_bank_dir, tmp_path):
+    # threads left at null: one torch thread a job under both (basic left torch's default,
+    # submitit gave a job its CPUs, and the tables differed)
     basic, local = tmp_path / "basic", tmp_path / "local"
-    r = _sweep(tmp_path, tiny_bank_dir, basic, "splits=[counting]")
+    sweep = [a for a in SWEEP if a != "threads=1"]
+    r = _sweep(tmp_path, tiny_bank_dir, basic, "splits=[counting]", sweep=sweep)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = _sweep(tmp_path, tiny_bank_dir, local, "hydra/launcher=submitit_local", "splits=[counting]")
+    more = ["hydra/launcher=submitit_local", "splits=[counting]"]
+    r = _sweep(tmp_path, tiny_bank_dir, local, *more, sweep=sweep)
     assert r.returncode == 0, r.stderr[-2000:]
     (b_rows, b_runs, b), (l_rows, l_runs, _) = _rows(basic), _rows(local)
     assert len(b_rows) == 1 and b_rows == l_rows and b_runs == l_runs
+    for out in (basic, local):  # as planned (run.json) and as the job ran (result.json)
+        run = out / "runs" / "schema-relation_net" / "counting" / "seed0"
+        assert json.loads((run / "run.json").read_text())["threads"] == 1
+        assert json.loads((run / "result.json").read_text())["threads"] == 1
     assert all(row["oracle_strong"] is not None for row in b_rows)
     assert b["incomplete"] == []
     # each run was a job of its own process, its log under the sweep's folder
@@ -147,6 +155,37 @@ def test_a_job_killed_mid_run_is_resumed_by_the_next_invocation(tiny_bank_dir, t
     assert len(steps) == len(set(steps)) and max(steps) == 40  # resumed, no step twice
     assert min(s for s in steps if s > max(killed_at) - 4) > 0
     assert json.loads((run.parent / "result.json").read_text())["steps"] == 40
+
+
+@pytest.mark.parametrize("command", ["baselines", "curve"])
+def test_a_second_command_on_a_sweeps_folder_fails_at_once(tiny_bank_dir, tmp_path, command):
+    out = tmp_path / "sweep"
+    args = {
+        "baselines": [*SWEEP, "splits=[concept_iid]", "train.steps=100000"],
+        "curve": ["bank=tiny", "seeds=[0]", "paper_splits=false", "progress=false"],
+    }[command]
+    args = [command, *args, f"data_dir={tiny_bank_dir.parent}", f"output_dir={out}"]
+    cmd = [sys.executable, "-c", "from curi.cli import main; main()", *args]
+    first = subprocess.Popen(
+        cmd, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / ".sweep.lock").is_file():
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first command did not start"
+            time.sleep(0.1)
+        second = run_curi(*args, cwd=tmp_path, timeout=60)
+        assert first.poll() is None  # still running, alone
+    finally:  # the command and its jobs (one session)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert second.returncode == 2, second.stderr[-3000:]
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(
+        f"curi {command}: error: output_dir={out} (a sweep) is being written by another process "
+        f"(pid {first.pid}, holding the lock {out / '.sweep.lock'})"
+    )
 
 
 @pytest.mark.slow  # run and reported in docs/benchmarks.md (CI time)
