@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -16,6 +17,19 @@ sys.path.insert(0, str(Path(__file__).parent))  # the reference interpreter live
 from curi import BankConfig, build_bank, load_bank  # noqa: E402
 
 TINY = BankConfig(name="tiny", num_scenes=20_000, num_draws=40_000, seed=0, workers=1)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """Each test starts with the root logger as the one before it found it: a command run in
+    this process configures logging (Hydra: root at INFO, a handler on the stdout pytest
+    captured then), which would change what later tests' `caplog` sees and write to a closed
+    stream."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
 
 
 @pytest.fixture(scope="session")
