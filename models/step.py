@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import Tensor
@@ -24,7 +24,7 @@ from curi.models.runtime import Runtime
 from curi.models.schedule import lr_at
 from curi.rng import derive_rng
 
-__all__ = ["StepOutput", "StepRunner", "step_seed"]
+__all__ = ["StepOutput", "StepRunner", "portable_state", "step_seed"]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class StepRunner:
         steps: int = 1,
         grad_clip: float | None = None,
         mode: str = "eager",
-        backend: str = "inductor",
+        backend: str | Callable = "inductor",
     ) -> None:
         self.model, self.net, self.opt, self.scaler, self.rt = model, net, opt, scaler, rt
         self.seed = seed
@@ -91,6 +91,7 @@ class StepRunner:
         self.clip = grad_clip if grad_clip is not None else math.inf
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.mode = self._check_mode(mode)
+        self._uncompiled = net
         if self.mode == "compile":
             self.net = torch.compile(net, backend=backend)
         self._graph: _Graph | None = None
@@ -135,7 +136,19 @@ class StepRunner:
         self._eager_steps += 1
         if self.mode == "graph":  # the warmup runs on a side stream
             return self._on_side_stream(batch, lr)
+        if self.mode == "compile" and self._eager_steps == 1:
+            return self._first_compiled(batch, lr)
         return self._eager(batch, lr)
+
+    def _first_compiled(self, batch: Mapping[str, Tensor], lr: float) -> StepOutput:
+        """The first compiled step (compilation happens in it); if compiling fails, this step
+        and the rest run eager, with the reason logged."""
+        try:
+            return self._eager(batch, lr)
+        except Exception as e:  # noqa: BLE001 - any compiler failure falls back, with its reason
+            log.warning("training step: torch.compile failed (%s); eager from here", e)
+            self.mode, self.net = "eager", self._uncompiled
+            return self._eager(batch, lr)
 
     def _eager(self, batch: Mapping[str, Tensor], lr: float) -> StepOutput:
         batch = self.rt.to_device(batch)
@@ -168,6 +181,17 @@ class StepRunner:
             return None
         log.info("training step: captured in a CUDA graph; replayed from here")
         return graph
+
+
+def portable_state(opt: torch.optim.Optimizer) -> dict:
+    """The optimiser's state dict as an eager optimiser loads it anywhere: a captured step's
+    tensor learning rate as a number and ``capturable`` off (a CUDA graph turns it on again)."""
+    state = opt.state_dict()
+    for group in state["param_groups"]:
+        if isinstance(group["lr"], Tensor):
+            group["lr"] = float(group["lr"])
+        group["capturable"] = False
+    return state
 
 
 def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:

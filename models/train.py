@@ -47,7 +47,7 @@ from curi.models.evaluate import evaluate_episodes
 from curi.models.pipeline import LiveScenes, RenderAhead, SceneSource, pass_batch
 from curi.models.protonet import ProtoNet
 from curi.models.runtime import Runtime, StopSignals, TrainingStopped, start_runtime
-from curi.models.step import StepOutput, StepRunner
+from curi.models.step import StepOutput, StepRunner, portable_state
 from curi.oracles.eval_set import EvalSet
 from curi.renderers import Renderer
 from curi.splits import Split, make_split
@@ -206,7 +206,7 @@ class _Fit:
             "format": CHECKPOINT_FORMAT,
             "step": step,
             "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(),
+            "optimizer": portable_state(self.opt),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
             "config": self.run.to_dict(),
             "world_size": self.rt.world_size,

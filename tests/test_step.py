@@ -104,6 +104,17 @@ def test_the_step_uses_the_schedules_rate():
     assert len(out) == 1 and r.opt.param_groups[0]["lr"] == pytest.approx(5e-3)
 
 
+def test_a_compiler_that_fails_falls_back_to_eager(caplog):
+    def broken(graph, inputs):
+        raise RuntimeError("no C++ compiler here")
+
+    eager, fallback = _runner("eager"), _runner("compile", backend=broken)
+    with caplog.at_level("WARNING", logger="curi.models.step"):
+        a, b = _train(eager, 2), _train(fallback, 2)
+    assert fallback.mode == "eager" and "torch.compile failed" in caplog.text
+    torch.testing.assert_close(torch.stack(a), torch.stack(b))
+
+
 def test_graph_mode_without_cuda_falls_back_to_eager():
     assert _runner("graph").mode == "eager"
 
