@@ -92,11 +92,15 @@ def test_command_tabulates_runs_beside_the_paper_then_skips_them(
 
     monkeypatch.setattr(baselines_mod, "train", refuse)
     monkeypatch.setattr(baselines_mod, "evaluate_checkpoint", refuse)
-    for name in ("rn", "tr"):  # run.json as an older curi wrote it, without threads: same run
-        path = out / "runs" / name / "concept_iid" / "seed0" / "run.json"
+    for name in ("rn", "tr"):  # run.json as an older curi wrote it, without threads and the
+        path = out / "runs" / name / "concept_iid" / "seed0" / "run.json"  # newer train keys
         saved = json.loads(path.read_text())
         assert saved.pop("threads") == 1  # one torch thread a job, as it ran:
         assert json.loads((path.parent / "result.json").read_text())["threads"] == 1
+        train = saved["run"]["train"]
+        assert train["sampler"] == "auto"  # part of the run's identity
+        for key in ("sampler", "lr_schedule", "warmup_steps"):
+            train.pop(key)
         path.write_text(json.dumps(saved))
     models_cli.baselines(_small(tiny_bank_dir, out))
     again = json.loads((out / "baselines.json").read_text())
@@ -521,3 +525,21 @@ def test_a_sweep_over_a_tampered_file_stops_before_any_run(
     with pytest.raises(ConfigError, match=match):
         models_cli.baselines(_small(tiny_bank_dir, out, "only=[rn]"))
     assert not (out / "sweep.json").exists()  # stopped before any job
+
+
+def test_the_training_sampler_is_part_of_a_runs_identity(tiny_bank):
+    """The loader and the device sampler draw other episodes: a sweep folder made with one is
+    not the other's (`curi baselines` refuses it, or reruns it with force)."""
+    from curi.models.baselines import _identity
+    from curi.models.config import RunConfig
+
+    ev = {"episodes": 10, "seed": 0, "negatives": "hard"}
+    runs = [
+        RunConfig.from_mapping({"bank": tiny_bank.config, "train": {"sampler": s}})
+        for s in ("loader", "device")
+    ]
+    assert _identity(runs[0], ev, 1) != _identity(runs[1], ev, 1)
+    graph = RunConfig.from_mapping(
+        {"bank": tiny_bank.config, "train": {"sampler": "loader", "cuda_graph": False}}
+    )
+    assert _identity(graph, ev, 1) == _identity(runs[0], ev, 1)  # how a step runs is not
