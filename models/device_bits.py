@@ -5,11 +5,13 @@ bit patterns are the same). Every function runs on the CPU and on CUDA alike."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
     "bit_masks",
+    "bits_at",
     "clear_bits",
     "distinct_ranks",
     "first_occurrence",
@@ -17,7 +19,7 @@ __all__ = [
     "or_rows",
     "popcount",
     "select_bits",
-    "bits_at",
+    "swar_popcount",
 ]
 
 _M1, _M2, _M4 = 0x5555555555555555, 0x3333333333333333, 0x0F0F0F0F0F0F0F0F
@@ -31,12 +33,21 @@ def _signed(c: int) -> int:
 
 
 def popcount(x: Tensor) -> Tensor:
-    """Set bits of each int64 word (SWAR: Hacker's Delight 5-2; arithmetic shifts are masked,
-    so the sign bit counts as any other)."""
-    x = x - ((x >> 1) & _M1)
-    x = (x & _M2) + ((x >> 2) & _M2)
-    x = (x + (x >> 4)) & _M4
-    return ((x * _H01) >> 56) & 0xFF
+    """Set bits of each int64 word. On the CPU, numpy's (the processor's popcount
+    instruction); elsewhere SWAR arithmetic (Hacker's Delight 5-2: the arithmetic shifts are
+    masked, so the sign bit counts as any other), in place on one temporary."""
+    if x.device.type == "cpu":
+        return torch.from_numpy(np.bitwise_count(x.numpy().view(np.uint64)))  # uint8
+    return swar_popcount(x)
+
+
+def swar_popcount(x: Tensor) -> Tensor:
+    """`popcount` by int64 arithmetic, on any device (the CUDA path of `popcount`)."""
+    y = x - ((x >> 1) & _M1)
+    t = (y >> 2).bitwise_and_(_M2)
+    y.bitwise_and_(_M2).add_(t)
+    y.add_(y >> 4).bitwise_and_(_M4)
+    return y.mul_(_H01).bitwise_right_shift_(56)  # the top byte holds the count (< 128)
 
 
 def bit_masks(ids: Tensor) -> Tensor:
@@ -96,10 +107,11 @@ def or_rows(table: Tensor, index: Tensor) -> Tensor:
     index = index[order]
     prefix = count[order][None, :] > torch.arange(index.shape[1], device=index.device)[:, None]
     out = torch.zeros(len(index), table.shape[1], dtype=table.dtype, device=table.device)
+    rows = torch.empty_like(out)  # one buffer for every column's rows
     for a, k in enumerate(prefix.sum(1).tolist()):  # the rows with an a-th index: a prefix
         if not k:
             break
-        out[:k] |= table.index_select(0, index[:k, a])
+        out[:k] |= torch.index_select(table, 0, index[:k, a], out=rows[:k])
     return out[order.argsort()]
 
 
@@ -124,8 +136,9 @@ def distinct_ranks(n: Tensor, k: Tensor, kmax: int, generator: torch.Generator) 
 
 
 def first_occurrence(ids: Tensor) -> Tensor:
-    """Whether each entry of ids (B, M) is the first of its value in its row (bool (B, M))."""
-    m = ids.shape[1]
-    same = ids[:, :, None] == ids[:, None, :]  # (B, M, M): [q, r] value q == value r
-    earlier = torch.ones(m, m, dtype=torch.bool, device=ids.device).tril(-1)  # r < q
-    return ~(same & earlier).any(2)
+    """Whether each entry of ids (B, M) is the first of its value in its row (bool (B, M)):
+    a stable sort puts the first of equal values first."""
+    values, order = ids.sort(dim=1, stable=True)
+    first = torch.ones_like(ids, dtype=torch.bool)
+    first[:, 1:] = values[:, 1:] != values[:, :-1]
+    return torch.empty_like(first).scatter_(1, order, first)

@@ -23,8 +23,7 @@ from curi.models.device_sampler import EXACT_MAX_ALTERNATES, take_uniform
 
 __all__ = ["MatchedNegatives"]
 
-_CANDIDATES = 64  # scenes of a key per rejection round (as EpisodeSampler)
-_ROUNDS = 8  # rejection rounds of a key before its pool is drawn exactly
+_ROUNDS = 4  # rejection rounds of a key before its pool is drawn exactly (128 + ... + 1,024)
 
 
 class MatchedNegatives:
@@ -97,8 +96,8 @@ class MatchedNegatives:
 
         dev = self.s.device
 
-        def propose(rows: Tensor, g: torch.Generator) -> Tensor:
-            u = torch.rand(len(rows), _CANDIDATES, dtype=torch.float64, device=dev, generator=g)
+        def propose(rows: Tensor, size: int, g: torch.Generator) -> Tensor:
+            u = torch.rand(len(rows), size, dtype=torch.float64, device=dev, generator=g)
             return self.order[self.start[k[rows]][:, None] + (u * count[rows]).long()]
 
         taken = torch.cat([used, got], 1)

@@ -37,8 +37,8 @@ from curi.rng import derive_rng
 __all__ = ["DeviceBank", "DeviceEpisodeSampler", "take_uniform"]
 
 EXACT_MAX_ALTERNATES = 32  # as EpisodeSampler: above this, a pool is drawn by rejection
-_CANDIDATES = 128  # random scenes per rejection round and episode
-_POOL_ROUNDS = 32  # rejection rounds before a pool is drawn exactly (32 x 128 scenes)
+_CANDIDATES = 128  # random scenes per episode in the first rejection round
+_POOL_ROUNDS = 8  # rejection rounds before a pool is drawn exactly (128, 256, ..., 2,048 scenes)
 
 
 def _on(array: np.ndarray, device: torch.device) -> Tensor:
@@ -256,7 +256,8 @@ class DeviceEpisodeSampler:
         by_scene, words = self.data.by_scene, self.data.words
 
         def accept(rows: Tensor, cand: Tensor) -> Tensor:
-            hit = ((_rows(by_scene, cand) & alt[rows][:, None, :]) != 0).any(2)  # (R, M)
+            rows_of = _rows(by_scene, cand)  # (R, M, HW), AND-ed in place: no second copy
+            hit = rows_of.bitwise_and_(alt[rows][:, None, :]).any(2)  # (R, M)
             return hit & ~_bit(words, h[rows], cand)
 
         return accept
@@ -313,9 +314,9 @@ class DeviceEpisodeSampler:
         return accept
 
     # --- rejection ---------------------------------------------------------------------------
-    def uniform(self, rows: Tensor, gen: torch.Generator) -> Tensor:
-        """(R, candidates) random scenes of the whole bank for rows `rows`."""
-        shape = (len(rows), _CANDIDATES)
+    def uniform(self, rows: Tensor, size: int, gen: torch.Generator) -> Tensor:
+        """(R, size) random scenes of the whole bank for rows `rows`."""
+        shape = (len(rows), size)
         return torch.randint(0, self.data.num_scenes, shape, device=self.device, generator=gen)
 
     def reject(
@@ -329,11 +330,13 @@ class DeviceEpisodeSampler:
         width: int | None = None,
         rounds: int | None = _POOL_ROUNDS,
     ) -> tuple[Tensor, Tensor]:
-        """Distinct scenes by rejection: each round, `propose(rows, gen)` gives candidates
-        (R, M) for the rows still short, and those that `accept(rows, cand)` passes, are not
-        in `used` (B, U), not taken yet and first of their value in the round are taken in
-        order, until row b holds need[b] of them or `rounds` rounds have passed (None: no
-        limit; the caller knows the accepted are plentiful).
+        """Distinct scenes by rejection: each round, `propose(rows, size, gen)` gives `size`
+        candidates (R, size) for each row still short, and those that `accept(rows, cand)`
+        passes, are not in `used` (B, U), not taken yet and first of their value in the round
+        are taken in order, until row b holds need[b] of them or `rounds` rounds have passed
+        (None: no limit; the caller knows the accepted are plentiful). A round proposes twice
+        as many as the one before (up to 16 times the first): the rows still short are those
+        whose accepted scenes are rare.
 
         Returns:
             ``(taken (B, width) -1 padded, how many (B,))``; the taken are a uniform draw from
@@ -346,7 +349,7 @@ class DeviceEpisodeSampler:
         act = torch.nonzero(need > 0).squeeze(1)
         r = 0
         while len(act) and (rounds is None or r < rounds):
-            cand = propose(act, gen)  # (A, M)
+            cand = propose(act, _CANDIDATES << min(r, 4), gen)  # (A, M)
             ok = accept(act, cand) & first_occurrence(cand)
             ok &= ~(cand[:, :, None] == used[act][:, None, :]).any(2)
             ok &= ~(cand[:, :, None] == got[act][:, None, :]).any(2)

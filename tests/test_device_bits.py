@@ -19,6 +19,7 @@ from curi.models.device_bits import (
     or_rows,
     popcount,
     select_bits,
+    swar_popcount,
 )
 
 RNG = np.random.default_rng(0)
@@ -31,6 +32,7 @@ T = torch.from_numpy(WORDS.view(np.int64))
 
 def test_popcount_and_select_equal_numpy():
     assert (popcount(T).numpy() == np.bitwise_count(WORDS)).all()
+    assert (swar_popcount(T).numpy() == np.bitwise_count(WORDS)).all()  # the CUDA path
     counts = np.bitwise_count(WORDS).sum(1)
     ranks = np.stack([RNG.integers(0, c, 6) for c in counts])
     ranks[:, 0] = counts - 1  # the last set bit
