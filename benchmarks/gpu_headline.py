@@ -4,6 +4,8 @@
     python benchmarks/gpu_headline.py [--minutes 5] [--bank paper] [--device cuda]
         [--batch 256] [--data-dir DIR] [--out DIR] [--doc]
 
+0. on CUDA, runs the CUDA-only tests first (the step replayed from a CUDA graph against the
+   eager one, the device sampler's episodes on the GPU), and reports their result;
 1. builds the bank if it is missing (all cores) or reuses it;
 2. times a few steps with the run's settings, to size the run to `--minutes` of training;
 3. trains with the fastest settings: episodes drawn on the GPU (``train.sampler=device``), the
@@ -30,6 +32,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -109,6 +112,20 @@ def run_config(args, *, steps: int, every: int, val_episodes: int, data_dir: Pat
     )
 
 
+def cuda_checks() -> str:
+    """The CUDA-only tests (skipped in CI, which has no GPU), run here: their summary line."""
+    root = Path(__file__).resolve().parents[1]
+    tests = ["tests/test_step.py", "tests/test_device_sampler.py", "tests/test_device_bits.py"]
+    cmd = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-k", "cuda"]
+    r = subprocess.run([*cmd, *tests], cwd=root, capture_output=True, text=True, timeout=900)
+    lines = [x for x in r.stdout.splitlines() if x.strip()]
+    if r.returncode:
+        print(r.stdout[-4000:], r.stderr[-2000:])
+    return (lines[-1] if lines else r.stderr.strip()[-200:]) + (
+        "" if r.returncode == 0 else " (FAILED)"
+    )
+
+
 def build(args, data_dir: Path):
     from curi import BankConfig, build_bank, load_bank
 
@@ -184,6 +201,7 @@ def headline(args, data_dir: Path, out: Path, t0: float) -> dict:
     from curi.models.evaluate import evaluate_checkpoint
     from curi.models.train import train
 
+    checks = cuda_checks() if args.device.startswith("cuda") else "n/a (no GPU)"
     bank, bank_s = build(args, data_dir)
     rate, calib_s, mode = calibrate(args, bank, data_dir, out)
     steps = max(2, int(rate * args.minutes * 60))
@@ -235,6 +253,7 @@ def headline(args, data_dir: Path, out: Path, t0: float) -> dict:
             "total": time.perf_counter() - t0,
         },
         "calibration_step_mode": mode,
+        "cuda_checks": checks,
     }
 
 
@@ -252,6 +271,7 @@ def markdown(r: dict) -> str:
         f"| training episodes / s (median of the log windows) | {r['episodes_per_s']:,.0f} |",
         f"| step; sampler | {r['step_mode']}; {r['sampler']} |",
         f"| GPU utilisation | {r['gpu_utilisation']} |",
+        f"| CUDA-only tests (graph step, sampler on the GPU) | {r['cuda_checks']} |",
         f"| val mAP ({r['val_episodes']:,} episodes; step: mAP; best at {r['best_step']:,}) "
         f"| {val} |",
         f"| test mAP ({r['test_episodes']:,} episodes, seed 0) | **{r['test_map']:.3f}** "

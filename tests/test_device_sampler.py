@@ -241,3 +241,29 @@ def test_whole_episodes_match_the_reference(tiny_bank, data):
     theirs = ((e.concept, e.support_ids, e.support_labels) for e in map(ref.__getitem__, range(n)))
     for a, c in zip(stats_of(sup), stats_of(theirs), strict=True):
         assert _two_sample(a, c) > P_MIN
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("negatives", ["hard", "easy"])
+def test_on_cuda_every_episode_is_valid(tiny_bank, negatives):
+    s = DeviceEpisodeSampler(tiny_bank, "concept_iid", "train", negatives, seed=3, device="cuda")
+    b = s.sample(7, 256)
+    assert all(v.is_cuda for v in b.values())
+    b = {k: v.cpu().numpy() for k, v in b.items()}
+    for e in range(256):
+        ids, h = b["ids"][e], int(b["concept"][e])
+        sup, qry = ids[:25], ids[25:]
+        s_lab, q_lab = b["support_labels"][e], b["query_labels"][e]
+        assert len(set(ids.tolist())) == 50
+        positives = set(sup[s_lab == 1].tolist()) | set(qry[q_lab == 1].tolist())
+        _check_set(tiny_bank, negatives, h, sup, s_lab, positives)
+        _check_set(tiny_bank, negatives, h, qry, q_lab, positives | set(sup[s_lab == 0].tolist()))
+
+
+def test_a_bank_too_big_for_the_gpu_is_one_line(tiny_bank, monkeypatch):
+    from curi.errors import ConfigError
+    from curi.models import device_sampler
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (2**20, 2**30))
+    with pytest.raises(ConfigError, match=r"need .* GiB on cuda but 0.0 GiB are free; use train"):
+        device_sampler._check_fits(tiny_bank, torch.device("cuda"))

@@ -115,6 +115,14 @@ def test_a_compiler_that_fails_falls_back_to_eager(caplog):
     torch.testing.assert_close(torch.stack(a), torch.stack(b))
 
 
+def test_a_capture_that_fails_falls_back_to_eager(caplog):
+    r = _runner("eager")
+    r.mode = "graph"  # as on a GPU, where capturing this step failed
+    with caplog.at_level("WARNING", logger="curi.models.step"):
+        assert r._capture(_batch(torch.Generator().manual_seed(0))) is None
+    assert r.mode == "eager" and "capturing a CUDA graph failed" in caplog.text
+
+
 def test_graph_mode_without_cuda_falls_back_to_eager():
     assert _runner("graph").mode == "eager"
 
