@@ -11,6 +11,7 @@ file) hold `exclusive`, a lock the kernel releases when its process ends."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -114,6 +115,8 @@ def remove(path: str | Path, *, root: str | Path, link: bool = False) -> None:
     except FileNotFoundError:
         return
     except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:  # no such file can exist; the writer says why
+            return
         raise RemovalError(f"cannot delete {path}: {e.strerror or e}") from None
     if stat.S_ISLNK(st.st_mode) and not link:
         raise RemovalError(

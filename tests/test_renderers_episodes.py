@@ -249,8 +249,8 @@ def test_rendered_images_load_as_an_imagefolder_with_labels_and_episodes(exporte
     assert png.shape == (40, 60, 3) and np.array_equal(np.asarray(first["image"]), png)
 
 
-def _tree(folder):
-    """Every file under `folder` (relative name -> bytes), index.json without its source."""
+def _files_and_index(folder):
+    """Every file under `folder` (relative name -> bytes), and index.json read."""
     files = {
         p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
     }
@@ -264,7 +264,7 @@ def test_rerender_workers_give_the_same_files_in_the_same_order(exported, tmp_pa
     image = ImageRenderer(width=60, height=40)
     for n in (1, 2):
         render_episode_file(exported, tmp_path / f"w{n}", image, workers=n, progress=False)
-    one, two = _tree(tmp_path / "w1"), _tree(tmp_path / "w2")
+    one, two = _files_and_index(tmp_path / "w1"), _files_and_index(tmp_path / "w2")
     assert one == two
     files, index = two
     assert [e["npz"] for e in index["episodes"]] == [f"episode_{k:05d}.npz" for k in range(3)]
