@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from curi.errors import ConfigError
+from curi.models.relation_pairs import masked_pair_sum
 from curi.registry import Registry
 
 __all__ = [
@@ -163,7 +164,16 @@ class RelationNetPooler(Pooler):
     computed grid offsets with the wrong row length). The first layer of g is linear, so it is
     evaluated per object (``W [o_i, o_j, p_j - p_i] = (W_1 o_i - W_3 p_i) + (W_2 o_j + W_3 p_j)``)
     and broadcast over pairs: exact, and K times cheaper than building the pair tensor.
-    BatchNorm statistics in g are taken over real pairs only.
+
+    BatchNorm statistics in g are taken over real pairs only, by one of two paths that give
+    the same numbers up to float rounding (`curi.models.relation_pairs`; docs/benchmarks.md):
+
+    - indexed, on the CPU in eager mode: g on the real pairs alone (``h[pair]``), about half
+      the rows of schema scenes and faster there than the masked path; its data-dependent
+      shape costs a host synchronisation, which is free on the CPU;
+    - masked otherwise (CUDA, or under `torch.compile`): `masked_pair_sum`, every pair through
+      g with BatchNorm masked to real pairs: fixed shapes and no host synchronisation, so the
+      step can be captured in a CUDA graph or compiled whole.
     """
 
     def __init__(
@@ -193,8 +203,9 @@ class RelationNetPooler(Pooler):
         self.f = mlp([g_dim, *f_hidden, out_dim])
         _xavier(self)
 
-    def first_layer(self, objects: Tensor, positions: Tensor | None) -> Tensor:
-        """(B, K, K, g_dim): g's first linear layer on every pair ``[o_i, o_j, p_j - p_i]``."""
+    def pair_terms(self, objects: Tensor, positions: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(B, K, g_dim) twice: the terms of o_i (bias included) and of o_j in g's first
+        linear layer, whose sum over a pair is that layer's output."""
         d = self.in_dim
         w, bias = self.g_in.weight, self.g_in.bias  # (H, 2D + P), (H,)
         left = objects @ w[:, :d].T + bias  # (B, K, H), the term of o_i
@@ -204,26 +215,35 @@ class RelationNetPooler(Pooler):
                 raise ValueError(f"relation-net was built for {self.pos_dim}-d positions")
             wp = positions @ w[:, 2 * d :].T  # (B, K, H)
             left, right = left - wp, right + wp
+        return left, right
+
+    def first_layer(self, objects: Tensor, positions: Tensor | None) -> Tensor:
+        """(B, K, K, g_dim): g's first linear layer on every pair ``[o_i, o_j, p_j - p_i]``."""
+        left, right = self.pair_terms(objects, positions)
         return left[:, :, None, :] + right[:, None, :, :]  # (B, K, K, H)
 
     def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
-        b, k, _ = objects.shape
         objects = _masked(objects, mask)
         if positions is not None:
             positions = _masked(positions, mask)
         h = self.first_layer(objects, positions)  # (B, K, K, H)
         pair = mask[:, :, None] & mask[:, None, :]  # (B, K, K)
+        if h.device.type == "cpu" and not torch.compiler.is_compiling():
+            return self.f(self._indexed_sum(h, pair))
+        return self.f(masked_pair_sum(h, pair, self.g_rest))
+
+    def _indexed_sum(self, h: Tensor, pair: Tensor) -> Tensor:
+        """(B, H) sums of g over real pairs, g run on the real pairs alone; in float32 at
+        least: up to K * K = 6400 terms would overflow float16 under autocast."""
+        b, k = pair.shape[:2]
+        wide = torch.promote_types(h.dtype, torch.float32)
         if bool(pair.all()):
             rel = self.g_rest(h.reshape(b * k * k, self.g_dim))  # (B * K * K, H)
-            # Sum in float32: up to K * K = 6400 terms would overflow float16 under autocast.
-            summed = rel.reshape(b, k * k, self.g_dim).sum(1, dtype=torch.float32)  # (B, H)
-        else:
-            # Only real pairs enter g, so BatchNorm never sees padding.
-            rel = self.g_rest(h[pair])  # (N_pairs, H)
-            owner = torch.arange(b, device=h.device)[:, None, None].expand(b, k, k)[pair]
-            summed = torch.zeros(b, self.g_dim, device=h.device)  # (B, H), float32
-            summed.index_add_(0, owner, rel.float())
-        return self.f(summed)  # (B, out)
+            return rel.reshape(b, k * k, self.g_dim).sum(1, dtype=wide)  # (B, H)
+        rel = self.g_rest(h[pair])  # (N_pairs, H)
+        owner = torch.arange(b, device=h.device)[:, None, None].expand(b, k, k)[pair]
+        summed = torch.zeros(b, self.g_dim, dtype=wide, device=h.device)  # (B, H)
+        return summed.index_add_(0, owner, rel.to(wide))
 
 
 @register_pooler("transformer")

@@ -4,6 +4,7 @@ concept decoder."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -223,6 +224,57 @@ def test_relation_net_first_layer_equals_explicit_pair_features():
     rel = pos[:, None, :, :] - pos[:, :, None, :]  # (B, i, j, 2): p_j - p_i
     explicit = rn.g_in(torch.cat([oi, oj, rel], dim=-1))  # (B, 6, 6, 256)
     torch.testing.assert_close(rn.first_layer(obj, pos), explicit, rtol=1e-5, atol=1e-5)
+
+
+def _relation_step(pooler, objects, mask, positions) -> list[list[torch.Tensor]]:
+    """A relation-net forward and backward: [output], [d objects, d positions], parameter
+    gradients, buffers after (the running statistics)."""
+    objects, positions = objects.clone().requires_grad_(), positions.clone().requires_grad_()
+    out = pooler(objects, mask, positions)
+    (out * torch.linspace(-1.0, 2.0, out.numel()).reshape(out.shape)).sum().backward()
+    params = [p.grad for p in pooler.parameters()]
+    return [[out.detach()], [objects.grad, positions.grad], params, list(pooler.buffers())]
+
+
+def _assert_same_steps(got, want, rtol: float = 1e-5) -> None:
+    """Equal up to float rounding: within rtol of each element or of the largest element of
+    its group (a gradient summed over many pairs can cancel far below its terms)."""
+    for a_group, b_group in zip(got, want, strict=True):
+        scale = max(float(b.abs().max()) for b in b_group)
+        for a, b in zip(a_group, b_group, strict=True):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * scale)
+
+
+def _relation_net(**kw):
+    """A small relation net with its BatchNorms moved off their initial state."""
+    torch.manual_seed(0)
+    rn = get_pooler("relation_net", in_dim=6, num_objects=5, pos_dim=2, g_dim=16, **kw)
+    for m in rn.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.running_mean.normal_()
+            m.running_var.uniform_(0.5, 2.0)
+    return rn
+
+
+def _relation_inputs(b: int, k: int):
+    """Objects and positions with NaN in padded slots, and a mask with scenes of one object
+    and of every object."""
+    gen = torch.Generator().manual_seed(1)
+    objects, positions = torch.randn(b, k, 6, generator=gen), torch.rand(b, k, 2, generator=gen)
+    mask = torch.rand(b, k, generator=gen) < 0.6
+    mask[0], mask[1] = True, torch.arange(k) == 2
+    objects[~mask], positions[~mask] = float("nan"), float("inf")
+    return objects, mask, positions
+
+
+def test_relation_net_compiles_whole_and_matches_eager():
+    """Under torch.compile the masked path runs: one graph (fullgraph: no host sync, no
+    data-dependent shape) whose output, gradients and running statistics equal eager's."""
+    objects, mask, positions = _relation_inputs(4, 5)
+    eager = _relation_net(g_layers=3, f_hidden=(8,), out_dim=8).train()
+    compiled = torch.compile(copy.deepcopy(eager), backend="aot_eager", fullgraph=True)
+    got = _relation_step(compiled, objects, mask, positions)
+    _assert_same_steps(got, _relation_step(eager, objects, mask, positions))
 
 
 def test_protonet_head_matches_the_formulas():
