@@ -26,6 +26,7 @@ from curi.models import (
     list_encoders,
     list_poolers,
 )
+from curi.models.poolers import PAIR_CHUNK_ELEMENTS
 from curi.renderers import get_renderer, list_renderers
 from curi.scenes import Scenes, sample_scenes
 
@@ -256,15 +257,29 @@ def _relation_net(**kw):
     return rn
 
 
-def _relation_inputs(b: int, k: int):
+def _relation_inputs(b: int, k: int, *, all_real: bool = False):
     """Objects and positions with NaN in padded slots, and a mask with scenes of one object
     and of every object."""
     gen = torch.Generator().manual_seed(1)
     objects, positions = torch.randn(b, k, 6, generator=gen), torch.rand(b, k, 2, generator=gen)
     mask = torch.rand(b, k, generator=gen) < 0.6
     mask[0], mask[1] = True, torch.arange(k) == 2
+    if all_real:
+        mask[:] = True
     objects[~mask], positions[~mask] = float("nan"), float("inf")
     return objects, mask, positions
+
+
+@pytest.mark.parametrize("all_real", [False, True])
+@pytest.mark.parametrize("train", [True, False])
+def test_relation_net_chunked_path_equals_the_dense_one(train, all_real):
+    """pair_chunk=2 (several chunks, the last shorter) gives the output, the gradients of
+    objects, positions and every parameter, and the running statistics of the dense path."""
+    objects, mask, positions = _relation_inputs(7, 5, all_real=all_real)
+    dense, chunked = _relation_net(pair_chunk=0), _relation_net(pair_chunk=2)
+    got = _relation_step(chunked.train(train), objects, mask, positions)
+    _assert_same_steps(got, _relation_step(dense.train(train), objects, mask, positions))
+    assert all(torch.isfinite(t).all() for t in got[1]), "padding leaked into a gradient"
 
 
 def test_relation_net_compiles_whole_and_matches_eager():
@@ -275,6 +290,19 @@ def test_relation_net_compiles_whole_and_matches_eager():
     compiled = torch.compile(copy.deepcopy(eager), backend="aot_eager", fullgraph=True)
     got = _relation_step(compiled, objects, mask, positions)
     _assert_same_steps(got, _relation_step(eager, objects, mask, positions))
+
+
+def test_relation_net_chunks_only_large_pair_tensors():
+    rn = get_pooler("relation_net", in_dim=96, num_objects=5)
+    assert rn.chunk_scenes(64 * 50, 5) == 0  # schema at the paper's batch: dense
+    chunk = rn.chunk_scenes(8 * 50, 80)  # an image batch of 8 episodes: 80 grid cells
+    assert 0 < chunk and chunk * 80 * 80 * 256 <= PAIR_CHUNK_ELEMENTS
+    assert (
+        get_pooler("relation_net", in_dim=4, num_objects=80, pair_chunk=0).chunk_scenes(10**6, 80)
+        == 0
+    )
+    with pytest.raises(ConfigError, match="pair_chunk"):
+        get_pooler("relation_net", in_dim=4, num_objects=5, pair_chunk=-1)
 
 
 def test_protonet_head_matches_the_formulas():

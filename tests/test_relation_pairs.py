@@ -1,17 +1,18 @@
 """Tests of curi.models.relation_pairs: the masked BatchNorm against `nn.BatchNorm1d` on the
-kept rows, and the masked pair sum against g run on the real pairs alone, in value, every
-gradient and the running statistics, in train and eval mode, with padding."""
+kept rows, and the masked and chunked pair sums against g run on the real pairs alone, in
+value, every gradient and the running statistics, in train and eval mode, with padding."""
 
 from __future__ import annotations
 
 import copy
+import weakref
 
 import pytest
 import torch
 from torch import nn
 
 from curi.models import get_pooler
-from curi.models.relation_pairs import masked_batch_norm, masked_pair_sum
+from curi.models.relation_pairs import chunked_pair_sum, masked_batch_norm, masked_pair_sum
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -47,6 +48,7 @@ def _indexed(left, right, mask, g):
 
 
 def _masked(left, right, mask, g):
+    """The masked path on the pair tensor built from left and right."""
     return masked_pair_sum(left[:, :, None] + right[:, None], mask[:, :, None] & mask[:, None], g)
 
 
@@ -63,16 +65,17 @@ def _step(fn, g, left, right, mask, *, train: bool) -> list[list[torch.Tensor]]:
 
 
 def _inputs(n: int, k: int, c: int, dtype=torch.float32, seed: int = 0):
+    """left and right terms (n, k, c) and a `_mask`; padding objects hold NaN and inf."""
     gen = torch.Generator().manual_seed(seed)
     left = torch.randn(n, k, c, generator=gen, dtype=dtype)
     right = torch.randn(n, k, c, generator=gen, dtype=dtype) + 0.5
     mask = _mask(n, k, seed)
-    # Padding objects carry NaN and inf: they must enter no statistic, sum or gradient.
+    # They must enter no statistic, sum or gradient.
     left[~mask], right[~mask] = float("nan"), float("inf")
     return left, right, mask
 
 
-def close(got: list[torch.Tensor], want: list[torch.Tensor], rtol: float = 1e-5) -> None:
+def _close(got: list[torch.Tensor], want: list[torch.Tensor], rtol: float = 1e-5) -> None:
     """Each tensor of got equals want's up to float rounding: within rtol of each element or
     of the largest element of the group (a gradient summed over many pairs can cancel far
     below its terms: the bias before a training-mode BatchNorm has a gradient of zero)."""
@@ -83,7 +86,7 @@ def close(got: list[torch.Tensor], want: list[torch.Tensor], rtol: float = 1e-5)
 
 def _assert_same(got: list[list[torch.Tensor]], want: list[list[torch.Tensor]], rtol=1e-5):
     for a, b in zip(got, want, strict=True):
-        close(a, b, rtol)
+        _close(a, b, rtol)
 
 
 @pytest.mark.parametrize("momentum", [0.1, None])
@@ -101,17 +104,17 @@ def test_masked_batch_norm_equals_batch_norm_of_the_kept_rows(momentum):
         xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
         want = ref(xa[keep])
         got = masked_batch_norm(xb, keep, masked)
-        close([got[keep]], [want])
+        _close([got[keep]], [want])
         (want * torch.arange(want.numel()).reshape(want.shape)).sum().backward()
         (got[keep] * torch.arange(want.numel()).reshape(want.shape)).sum().backward()
-        close([xb.grad], [xa.grad.nan_to_num(0.0)])
-        close([masked.weight.grad, masked.bias.grad], [ref.weight.grad, ref.bias.grad])
-        close(list(masked.buffers()), list(ref.buffers()))
+        _close([xb.grad], [xa.grad.nan_to_num(0.0)])
+        _close([masked.weight.grad, masked.bias.grad], [ref.weight.grad, ref.bias.grad])
+        _close(list(masked.buffers()), list(ref.buffers()))
     assert int(masked.num_batches_tracked) == 3
     masked.eval()
     ref.eval()
     x = torch.randn(5, 6)
-    close([masked_batch_norm(x, torch.ones(5, dtype=torch.bool), masked)], [ref(x)])
+    _close([masked_batch_norm(x, torch.ones(5, dtype=torch.bool), masked)], [ref(x)])
 
 
 @pytest.mark.parametrize("train", [True, False])
@@ -123,3 +126,73 @@ def test_masked_pair_sum_equals_g_on_the_real_pairs(train):
     d_left, d_right = got[1]
     assert torch.isfinite(d_left).all() and torch.isfinite(d_right).all(), "padding leaked"
     assert (d_left[~mask] == 0).all() and (d_right[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 4, 20])
+@pytest.mark.parametrize("train", [True, False])
+def test_chunked_pair_sum_equals_g_on_the_real_pairs(train, chunk):
+    """Several chunks (and a last, shorter one) give the whole batch's BatchNorm statistics,
+    gradients and running statistics; so does one chunk holding every scene."""
+    g = _g()
+    left, right, mask = _inputs(9, 5, 12)
+
+    def chunked(left, right, mask, g):
+        return chunked_pair_sum(left, right, mask, g, chunk=chunk)
+
+    got = _step(chunked, g, left, right, mask, train=train)
+    _assert_same(got, _step(_indexed, g, left, right, mask, train=train))
+    d_left, d_right = got[1]
+    assert torch.isfinite(d_left).all() and torch.isfinite(d_right).all(), "padding leaked"
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_chunked_pair_sum_is_exact_in_float64(layers):
+    """In float64 the chunked path agrees with g on the real pairs to 1e-12: its statistics
+    and backward are BatchNorm's, not an approximation hidden by float32 tolerances."""
+    g = _g(torch.float64, layers=layers)
+    left, right, mask = _inputs(7, 4, 12, torch.float64, seed=3)
+
+    def chunked(left, right, mask, g):
+        return chunked_pair_sum(left, right, mask, g, chunk=3)
+
+    for train in (True, False):
+        got = _step(chunked, g, left, right, mask, train=train)
+        want = _step(_indexed, g, left, right, mask, train=train)
+        _assert_same(got, want, rtol=1e-12)
+
+
+def test_chunked_pair_sum_passes_gradcheck():
+    """Finite differences in float64 over left, right and every parameter of g (they are
+    the Function's inputs, perturbed in place, so g sees each perturbation)."""
+    g = _g(torch.float64, g_dim=3, layers=3).train()
+    left, right, mask = _inputs(4, 3, 3, torch.float64, seed=5)
+    left, right = left.nan_to_num(0.0, 0.0, 0.0), right.nan_to_num(0.0, 0.0, 0.0)
+    params = list(g.parameters())
+
+    def fn(left, right, *_params):
+        return chunked_pair_sum(left, right, mask, g, chunk=2)
+
+    inputs = (left.requires_grad_(), right.requires_grad_(), *params)
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-6, fast_mode=True)
+
+
+def test_chunked_backward_keeps_no_chunk_alive():
+    """Every tensor that autograd saves in the recomputing passes of the chunked backward is
+    freed by the time it returns: a chunk's activations must not outlive the chunk (a graph
+    back to left and right once kept them all, and the memory grew with the batch)."""
+    g = _g().train()
+    left, right, mask = _inputs(6, 4, 12)
+    left, right = left.requires_grad_(), right.requires_grad_()
+    out = chunked_pair_sum(left, right, mask, g, chunk=2)
+    rows = 2 * 4 * 4  # pair rows of a chunk
+    saved = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 2 and t.shape[0] == rows:
+            saved.append(weakref.ref(t))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out.sum().backward()
+    assert saved, "the recomputing passes saved nothing: the test no longer sees them"
+    assert all(ref() is None for ref in saved), "a chunk's activations outlived its pass"
