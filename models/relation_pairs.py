@@ -192,7 +192,7 @@ class _FrozenBatchNorm(torch.autograd.Function):
         dx = _real(torch.addcmul(torch.addcmul(shift, x, slope), dy, scale), keep).to(x.dtype)
         # Rows that are not real pairs have dy = 0 (g's top is summed over real rows only).
         d_weight = ((x - norm.mean) * dy).sum(0) * norm.rstd if ctx.needs_input_grad[3] else None
-        d_bias = dy.sum(0) if ctx.needs_input_grad[4] else None
+        d_bias = dy.sum(0, dtype=_wide_dtype(dy.dtype)) if ctx.needs_input_grad[4] else None
         return dx, None, None, d_weight, d_bias
 
 
