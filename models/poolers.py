@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from curi.errors import ConfigError
+from curi.models.relation_pairs import chunked_pair_sum, masked_pair_sum
 from curi.registry import Registry
 
 __all__ = [
@@ -153,6 +154,13 @@ class ConcatPooler(Pooler):
         return self.mlp(x.flatten(1))  # (B, K * D) -> (B, out)
 
 
+# The automatic choice of `RelationNetPooler`'s pair path, in pair activations (scenes x K x K
+# x g_dim elements): g holds about eight tensors of that size for backward when dense, so
+# larger batches are chunked, into chunks of a size that keeps g's working set in hundreds of MB.
+DENSE_PAIR_LIMIT = 2**27
+PAIR_CHUNK_ELEMENTS = 2**24
+
+
 @register_pooler("relation_net")
 class RelationNetPooler(Pooler):
     """Relation network (Santoro et al. 2017): g over every ordered pair (i, j) of real
@@ -163,8 +171,30 @@ class RelationNetPooler(Pooler):
     computed grid offsets with the wrong row length). The first layer of g is linear, so it is
     evaluated per object (``W [o_i, o_j, p_j - p_i] = (W_1 o_i - W_3 p_i) + (W_2 o_j + W_3 p_j)``)
     and broadcast over pairs: exact, and K times cheaper than building the pair tensor.
-    BatchNorm statistics in g are taken over real pairs only.
+
+    BatchNorm statistics in g are taken over real pairs only, by one of three paths that give
+    the same numbers up to float rounding (`curi.models.relation_pairs`; docs/benchmarks.md):
+
+    - chunked, when the batch's pair tensor is large (image grids: 6,400 pairs a scene):
+      `chunked_pair_sum`, memory bounded by the chunk; 24 matrix products of g instead of 9;
+    - indexed, on the CPU in eager mode: g on the real pairs alone (``h[pair]``), about half
+      the rows of schema scenes and faster there than the masked path; its data-dependent
+      shape costs a host synchronisation, which is free on the CPU;
+    - masked otherwise (CUDA, or under `torch.compile`): `masked_pair_sum`, every pair through
+      g with BatchNorm masked to real pairs: fixed shapes and no host synchronisation, so the
+      step can be captured in a CUDA graph or compiled whole.
+
+    Args:
+        pair_chunk: scenes per chunk of the chunked path; 0 never chunks; None (default)
+            chunks into about `PAIR_CHUNK_ELEMENTS` pair activations when a batch has more
+            than `DENSE_PAIR_LIMIT` (image batches from 2 episodes on; schema never at the
+            paper's batch of 64).
     """
+
+    # Eager CPU code takes the indexed path; False gives it the masked path that compiled and
+    # CUDA code take, so the two can be compared step for step (the paths agree up to rounding,
+    # which Adam amplifies in the biases a BatchNorm cancels, whose true gradient is zero).
+    indexed_on_cpu: bool = True
 
     def __init__(
         self,
@@ -176,12 +206,16 @@ class RelationNetPooler(Pooler):
         g_dim: int = 256,
         g_layers: int = 4,
         f_hidden: Sequence[int] = (256, 256),
+        pair_chunk: int | None = None,
     ) -> None:
         super().__init__()
         if g_layers < 2:
             raise ConfigError(f"relation-net g needs at least 2 layers, got {g_layers}")
+        if pair_chunk is not None and pair_chunk < 0:
+            raise ValueError(f"pair_chunk must be None, 0 or a number of scenes, got {pair_chunk}")
         self.out_dim = out_dim
         self.in_dim, self.pos_dim, self.g_dim = in_dim, pos_dim, g_dim
+        self.pair_chunk = pair_chunk
         self.g_in = nn.Linear(2 * in_dim + pos_dim, g_dim)
         rest: list[nn.Module] = [nn.BatchNorm1d(g_dim), nn.ReLU()]
         for i in range(g_layers - 1):
@@ -193,8 +227,9 @@ class RelationNetPooler(Pooler):
         self.f = mlp([g_dim, *f_hidden, out_dim])
         _xavier(self)
 
-    def first_layer(self, objects: Tensor, positions: Tensor | None) -> Tensor:
-        """(B, K, K, g_dim): g's first linear layer on every pair ``[o_i, o_j, p_j - p_i]``."""
+    def pair_terms(self, objects: Tensor, positions: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(B, K, g_dim) twice: the terms of o_i (bias included) and of o_j in g's first
+        linear layer, whose sum over a pair is that layer's output."""
         d = self.in_dim
         w, bias = self.g_in.weight, self.g_in.bias  # (H, 2D + P), (H,)
         left = objects @ w[:, :d].T + bias  # (B, K, H), the term of o_i
@@ -204,26 +239,49 @@ class RelationNetPooler(Pooler):
                 raise ValueError(f"relation-net was built for {self.pos_dim}-d positions")
             wp = positions @ w[:, 2 * d :].T  # (B, K, H)
             left, right = left - wp, right + wp
+        return left, right
+
+    def first_layer(self, objects: Tensor, positions: Tensor | None) -> Tensor:
+        """(B, K, K, g_dim): g's first linear layer on every pair ``[o_i, o_j, p_j - p_i]``."""
+        left, right = self.pair_terms(objects, positions)
         return left[:, :, None, :] + right[:, None, :, :]  # (B, K, K, H)
+
+    def chunk_scenes(self, scenes: int, num_objects: int) -> int:
+        """Scenes per chunk of the chunked path for a batch of this size, 0 for no chunks."""
+        if self.pair_chunk is not None:
+            return self.pair_chunk
+        per_scene = num_objects * num_objects * self.g_dim
+        if scenes * per_scene <= DENSE_PAIR_LIMIT:
+            return 0
+        return max(1, PAIR_CHUNK_ELEMENTS // per_scene)
 
     def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
         b, k, _ = objects.shape
         objects = _masked(objects, mask)
         if positions is not None:
             positions = _masked(positions, mask)
-        h = self.first_layer(objects, positions)  # (B, K, K, H)
+        left, right = self.pair_terms(objects, positions)  # (B, K, H) each
+        chunk = self.chunk_scenes(b, k)
+        if chunk:
+            return self.f(chunked_pair_sum(left, right, mask, self.g_rest, chunk=chunk))
+        h = left[:, :, None, :] + right[:, None, :, :]  # (B, K, K, H)
         pair = mask[:, :, None] & mask[:, None, :]  # (B, K, K)
+        if self.indexed_on_cpu and h.device.type == "cpu" and not torch.compiler.is_compiling():
+            return self.f(self._indexed_sum(h, pair))
+        return self.f(masked_pair_sum(h, pair, self.g_rest))
+
+    def _indexed_sum(self, h: Tensor, pair: Tensor) -> Tensor:
+        """(B, H) sums of g over real pairs, g run on the real pairs alone; in float32 at
+        least: up to K * K = 6400 terms would overflow float16 under autocast."""
+        b, k = pair.shape[:2]
+        wide = torch.promote_types(h.dtype, torch.float32)
         if bool(pair.all()):
             rel = self.g_rest(h.reshape(b * k * k, self.g_dim))  # (B * K * K, H)
-            # Sum in float32: up to K * K = 6400 terms would overflow float16 under autocast.
-            summed = rel.reshape(b, k * k, self.g_dim).sum(1, dtype=torch.float32)  # (B, H)
-        else:
-            # Only real pairs enter g, so BatchNorm never sees padding.
-            rel = self.g_rest(h[pair])  # (N_pairs, H)
-            owner = torch.arange(b, device=h.device)[:, None, None].expand(b, k, k)[pair]
-            summed = torch.zeros(b, self.g_dim, device=h.device)  # (B, H), float32
-            summed.index_add_(0, owner, rel.float())
-        return self.f(summed)  # (B, out)
+            return rel.reshape(b, k * k, self.g_dim).sum(1, dtype=wide)  # (B, H)
+        rel = self.g_rest(h[pair])  # (N_pairs, H)
+        owner = torch.arange(b, device=h.device)[:, None, None].expand(b, k, k)[pair]
+        summed = torch.zeros(b, self.g_dim, dtype=wide, device=h.device)  # (B, H)
+        return summed.index_add_(0, owner, rel.to(wide))
 
 
 @register_pooler("transformer")

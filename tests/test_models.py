@@ -4,6 +4,7 @@ concept decoder."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -25,6 +26,7 @@ from curi.models import (
     list_encoders,
     list_poolers,
 )
+from curi.models.poolers import PAIR_CHUNK_ELEMENTS
 from curi.renderers import get_renderer, list_renderers
 from curi.scenes import Scenes, sample_scenes
 
@@ -223,6 +225,84 @@ def test_relation_net_first_layer_equals_explicit_pair_features():
     rel = pos[:, None, :, :] - pos[:, :, None, :]  # (B, i, j, 2): p_j - p_i
     explicit = rn.g_in(torch.cat([oi, oj, rel], dim=-1))  # (B, 6, 6, 256)
     torch.testing.assert_close(rn.first_layer(obj, pos), explicit, rtol=1e-5, atol=1e-5)
+
+
+def _relation_step(pooler, objects, mask, positions) -> list[list[torch.Tensor]]:
+    """A relation-net forward and backward: [output], [d objects, d positions], parameter
+    gradients, buffers after (the running statistics)."""
+    objects, positions = objects.clone().requires_grad_(), positions.clone().requires_grad_()
+    out = pooler(objects, mask, positions)
+    (out * torch.linspace(-1.0, 2.0, out.numel()).reshape(out.shape)).sum().backward()
+    params = [p.grad for p in pooler.parameters()]
+    return [[out.detach()], [objects.grad, positions.grad], params, list(pooler.buffers())]
+
+
+def _assert_same_steps(got, want, rtol: float = 1e-5) -> None:
+    """Equal up to float rounding: within rtol of each element or of the largest element of
+    its group (a gradient summed over many pairs can cancel far below its terms)."""
+    for a_group, b_group in zip(got, want, strict=True):
+        scale = max(float(b.abs().max()) for b in b_group)
+        for a, b in zip(a_group, b_group, strict=True):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * scale)
+
+
+def _relation_net(**kw):
+    """A small relation net with its BatchNorms moved off their initial state."""
+    torch.manual_seed(0)
+    rn = get_pooler("relation_net", in_dim=6, num_objects=5, pos_dim=2, g_dim=16, **kw)
+    for m in rn.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.running_mean.normal_()
+            m.running_var.uniform_(0.5, 2.0)
+    return rn
+
+
+def _relation_inputs(b: int, k: int, *, all_real: bool = False):
+    """Objects and positions with NaN in padded slots, and a mask with scenes of one object
+    and of every object."""
+    gen = torch.Generator().manual_seed(1)
+    objects, positions = torch.randn(b, k, 6, generator=gen), torch.rand(b, k, 2, generator=gen)
+    mask = torch.rand(b, k, generator=gen) < 0.6
+    mask[0], mask[1] = True, torch.arange(k) == 2
+    if all_real:
+        mask[:] = True
+    objects[~mask], positions[~mask] = float("nan"), float("inf")
+    return objects, mask, positions
+
+
+@pytest.mark.parametrize("all_real", [False, True])
+@pytest.mark.parametrize("train", [True, False])
+def test_relation_net_chunked_path_equals_the_dense_one(train, all_real):
+    """pair_chunk=2 (several chunks, the last shorter) gives the output, the gradients of
+    objects, positions and every parameter, and the running statistics of the dense path."""
+    objects, mask, positions = _relation_inputs(7, 5, all_real=all_real)
+    dense, chunked = _relation_net(pair_chunk=0), _relation_net(pair_chunk=2)
+    got = _relation_step(chunked.train(train), objects, mask, positions)
+    _assert_same_steps(got, _relation_step(dense.train(train), objects, mask, positions))
+    assert all(torch.isfinite(t).all() for t in got[1]), "padding leaked into a gradient"
+
+
+def test_relation_net_compiles_whole_and_matches_eager():
+    """Under torch.compile the masked path runs: one graph (fullgraph: no host sync, no
+    data-dependent shape) whose output, gradients and running statistics equal eager's."""
+    objects, mask, positions = _relation_inputs(4, 5)
+    eager = _relation_net(g_layers=3, f_hidden=(8,), out_dim=8).train()
+    compiled = torch.compile(copy.deepcopy(eager), backend="aot_eager", fullgraph=True)
+    got = _relation_step(compiled, objects, mask, positions)
+    _assert_same_steps(got, _relation_step(eager, objects, mask, positions))
+
+
+def test_relation_net_chunks_only_large_pair_tensors():
+    rn = get_pooler("relation_net", in_dim=96, num_objects=5)
+    assert rn.chunk_scenes(64 * 50, 5) == 0  # schema at the paper's batch: dense
+    chunk = rn.chunk_scenes(8 * 50, 80)  # an image batch of 8 episodes: 80 grid cells
+    assert 0 < chunk and chunk * 80 * 80 * 256 <= PAIR_CHUNK_ELEMENTS
+    assert (
+        get_pooler("relation_net", in_dim=4, num_objects=80, pair_chunk=0).chunk_scenes(10**6, 80)
+        == 0
+    )
+    with pytest.raises(ConfigError, match="pair_chunk"):
+        get_pooler("relation_net", in_dim=4, num_objects=5, pair_chunk=-1)
 
 
 def test_protonet_head_matches_the_formulas():
