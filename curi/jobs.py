@@ -24,6 +24,7 @@ import importlib.util
 import logging
 import os
 import re
+import signal
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -54,38 +55,6 @@ LAUNCHERS = {
     "ray": ("ray", ("ray", "hydra_plugins.hydra_ray_launcher")),
 }
 
-# Options of Hydra's submitit plugin (hydra_submitit_launcher.config) shared by both executors;
-# the others are SLURM's and reach submitit with a ``slurm_`` prefix, as the plugin passes them.
-_SUBMITIT_SHARED = {
-    "submitit_folder",
-    "timeout_min",
-    "cpus_per_task",
-    "gpus_per_node",
-    "tasks_per_node",
-    "mem_gb",
-    "nodes",
-    "name",
-    "stderr_to_stdout",
-}
-_SUBMITIT_SLURM = {
-    "partition",
-    "qos",
-    "comment",
-    "constraint",
-    "exclude",
-    "gres",
-    "cpus_per_gpu",
-    "gpus_per_task",
-    "mem_per_gpu",
-    "mem_per_cpu",
-    "account",
-    "signal_delay_s",
-    "max_num_timeout",
-    "additional_parameters",
-    "array_parallelism",
-    "setup",
-    "srun_args",
-}
 _RAY = {"ray"}
 
 
@@ -201,16 +170,28 @@ def check_options(name: str, keys) -> None:
     Raises:
         ConfigError: ``hydra/launcher=submitit_local has no options ['partition']; valid: ...``.
     """
-    known = {
-        "basic": set(),
-        "submitit_local": _SUBMITIT_SHARED,
-        "submitit_slurm": _SUBMITIT_SHARED | _SUBMITIT_SLURM,
-        "ray": _RAY,
-    }.get(name, set())
+    known = (
+        _submitit_options(name.removeprefix("submitit_"))
+        if name.startswith("submitit_")
+        else _RAY
+        if name == "ray"
+        else set()
+    )
     unknown = sorted(set(keys) - known)
     if unknown:
         valid = ", ".join(sorted(known)) or "none"
         raise ConfigError(f"hydra/launcher={name} has no options {unknown}; valid: {valid}")
+
+
+def _submitit_options(cluster: str) -> set[str]:
+    """The option names of Hydra's submitit plugin for executor `cluster` (``local`` or
+    ``slurm``), read from the plugin's own config classes: the shared ones (`BaseQueueConf`)
+    reach submitit as they are, SLURM's others with a ``slurm_`` prefix, as the plugin passes
+    them."""
+    from hydra_plugins.hydra_submitit_launcher import config
+
+    conf = config.SlurmQueueConf if cluster == "slurm" else config.BaseQueueConf
+    return {f.name for f in dataclasses.fields(conf)} - {"_target_"}
 
 
 def check_installed(name: str) -> None:
@@ -319,8 +300,6 @@ def _submitit(jobs: list[Job], launcher: Launcher, progress: bool) -> list[Outco
     (``max_num_timeout`` times) and, being resumable, goes on from its checkpoint."""
     import submitit
 
-    from curi.jobs_submitit import Requeueable
-
     cluster = launcher.name.removeprefix("submitit_")
     opts = dict(launcher.options)
     folder = opts.pop("submitit_folder", None) or str(
@@ -331,13 +310,14 @@ def _submitit(jobs: list[Job], launcher: Launcher, progress: bool) -> list[Outco
         init[f"{cluster}_max_num_timeout"] = opts.pop("max_num_timeout")
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster, **init)
-        params = {k if k in _SUBMITIT_SHARED else f"slurm_{k}": v for k, v in opts.items()}
+        shared = _submitit_options("local")
+        params = {k if k in shared else f"slurm_{k}": v for k, v in opts.items()}
         params = {k: v for k, v in params.items() if v is not None}
         executor.update_parameters(**params)
     except (RuntimeError, ValueError, TypeError) as e:  # e.g. "Could not detect srun"
         raise ConfigError(f"hydra/launcher={launcher.name}: {e}") from e
     threads = launcher.job_threads()
-    fns = [Requeueable(job, threads) for job in jobs]
+    fns = [_Requeueable(job, threads) for job in jobs]
     if cluster == "slurm":
         with executor.batch():
             submitted = [executor.submit(f) for f in fns]
@@ -356,6 +336,33 @@ def _submitit(jobs: list[Job], launcher: Launcher, progress: bool) -> list[Outco
     if "%j" in folder and pattern.is_dir() and not any(pattern.iterdir()):
         remove(pattern, root=pattern.parent)  # submitit leaves an empty folder of that name
     return out
+
+
+class _Requeueable:
+    """A job that SLURM may stop and requeue: on preemption or timeout submitit calls its
+    `checkpoint` (found by name), which submits the same call again. The job saves its own
+    progress (a training run its checkpoints, an export its finished parts), so the new
+    attempt goes on from there."""
+
+    def __init__(self, job: Job, threads: int | None) -> None:
+        self.job, self.threads = job, threads
+
+    def __call__(self):
+        # submitit's job process ignores SIGTERM (it waits for SLURM's own signal); a forked
+        # worker of a process pool inherits that, so the pool's terminate (its `with` exit)
+        # hung forever: processes forked by the job get the default handler back.
+        os.register_at_fork(after_in_child=_default_sigterm)
+        return call(self.job, self.threads)
+
+    def checkpoint(self, *args, **kwargs):
+        """The same call, to submit again (what `submitit.helpers.Checkpointable` does)."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args, **kwargs)
+
+
+def _default_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _windowed(executor, fns: list, width: int, progress: bool) -> list:

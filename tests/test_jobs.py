@@ -7,6 +7,7 @@ process), so the jobs run the same code in this process and in submitit's worker
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 import shutil
@@ -17,7 +18,7 @@ import torch
 
 import curi.jobs as jobs_mod
 from curi.errors import ConfigError
-from curi.jobs import Job, Launcher, check_installed, run_jobs
+from curi.jobs import Job, Launcher, call, check_installed, run_jobs
 
 JOBS = [
     Job("pow", operator.pow, (3, 4)),
@@ -76,6 +77,32 @@ def test_launcher_settings_are_checked_in_one_line(monkeypatch):
     ):
         check_installed("ray")
     check_installed("submitit_local")
+
+
+def test_submitits_options_are_the_plugins_own():
+    """The option names come from the installed plugin's config: every field of its SLURM
+    config is accepted (and no other), so a name the plugin lacks (`srun_args`, in curi's old
+    hand-copied list) is refused before submitit sees it."""
+    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
+
+    for name, conf in (("submitit_local", LocalQueueConf), ("submitit_slurm", SlurmQueueConf)):
+        options = dict.fromkeys({f.name for f in dataclasses.fields(conf)} - {"_target_"})
+        if name == "submitit_slurm":
+            options["partition"] = "gpu"
+        Launcher(name, options)
+    with pytest.raises(ConfigError, match=r"has no options \['srun_args'\]"):
+        Launcher("submitit_slurm", {"partition": "gpu", "srun_args": ["-v"]})
+
+
+def test_a_requeued_job_is_the_same_call():
+    """submitit requeues a preempted job through its `checkpoint` method (found by name):
+    the same callable, which runs the job again."""
+    from submitit.helpers import DelayedSubmission
+
+    fn = jobs_mod._Requeueable(JOBS[0], None)
+    again = fn.checkpoint()
+    assert isinstance(again, DelayedSubmission) and again.function is fn
+    assert again.result() == call(JOBS[0], None)
 
 
 def test_a_slurm_launcher_without_slurm_says_so_before_any_job(tmp_path, monkeypatch):
