@@ -86,6 +86,7 @@ def split(cfg: DictConfig) -> None:
     ``save=FILE.json``)."""
     from curi.divergence import split_divergences
     from curi.predictors import split_easiness
+    from curi.splits import save_split
 
     bank = open_bank_from_config(cfg)
     s = split_from_config(bank, cfg)
@@ -102,7 +103,7 @@ def split(cfg: DictConfig) -> None:
     if "d_compound" not in report:  # generated splits (mcd) already measured theirs
         report.update({k: round(v, 4) for k, v in split_divergences(bank, s).items()})
     if cfg.get("save"):  # reusable exactly, by this bank only: `split=path.json` or rule: file
-        report["saved"] = str(s.save(cfg.save, bank))
+        report["saved"] = str(save_split(s, bank, cfg.save))
     print(json.dumps(report, indent=2))
 
 

@@ -26,7 +26,7 @@ from curi.errors import ConfigError, SplitError
 from curi.jobs import Launcher
 from curi.paths import read_text
 from curi.schema import check_shape
-from curi.splits import PAPER_SPLITS, make_split
+from curi.splits import PAPER_SPLITS, make_split, save_split
 from curi.validate import number
 
 __all__ = [
@@ -283,7 +283,7 @@ def point_job(bank, name: str, seed, target, common: Mapping, out_dir: str) -> d
         else:
             log.info("curve: %s D_C %.3f (%.0f s)", name, s.info["d_compound"], s.info["seconds"])
             if common.get("split_dir"):
-                s.save(Path(common["split_dir"]) / f"{name}.json", bank)
+                save_split(s, bank, Path(common["split_dir"]) / f"{name}.json")
             point["d_compound"] = s.info["d_compound"]
             point["rows"] = compositionality_gap(bank, [s], common["negatives"], **gap)
     write_text(_point_path(Path(out_dir), name), json.dumps(point, indent=2) + "\n")

@@ -11,7 +11,7 @@ import pytest
 
 from curi.divergence import DivergenceIndex, atoms
 from curi.errors import SplitError
-from curi.splits import load_split, make_split
+from curi.splits import load_split, make_split, save_split
 
 FAST = {"name": "m", "rule": "mcd", "progress": False, "restarts": 1}
 
@@ -137,7 +137,7 @@ def test_impossible_requests_end_with_one_message(tiny_bank):
 def test_preset_and_saved_file_round_trip(tiny_bank, tmp_path):
     s = make_split(tiny_bank, "mcd")  # conf/split/mcd.yaml: the three-way defaults
     assert s.name == "mcd" and s.info["d_atom"] <= 0.02
-    path = s.save(tmp_path / "mcd.json", tiny_bank)
+    path = save_split(s, tiny_bank, tmp_path / "mcd.json")
     back = load_split(tiny_bank, path)
     assert all(np.array_equal(getattr(back, k), getattr(s, k)) for k in ("train", "val", "test"))
 

@@ -18,6 +18,7 @@ from curi.splits import (
     list_splits,
     make_split,
     register_split_rule,
+    save_split,
 )
 
 
@@ -174,7 +175,7 @@ RULE_EXAMPLES = {
     },
     "file": lambda tmp: {
         "rule": "file",
-        "path": str(make_split(BANK, "binding_color").save(tmp / "bc.json", BANK)),
+        "path": str(save_split(make_split(BANK, "binding_color"), BANK, tmp / "bc.json")),
     },
 }
 
@@ -229,7 +230,7 @@ NO_VAL = {"name": "no_val", "rule": "random_groups", "fractions": [0.5, 0, 0.5],
 def test_saved_split_round_trip(cfg, tmp_path):
     s = make_split(BANK, cfg)
     name = s.name
-    path = s.save(tmp_path / "sub" / "s.json", BANK)
+    path = save_split(s, BANK, tmp_path / "sub" / "s.json")
     assert [p.name for p in path.parent.iterdir()] == ["s.json"]  # no temporary file left
     doc = json.loads(path.read_text())
     assert doc["bank"]["num_concepts"] == len(C) and len(doc["bank"]["concepts_sha256"]) == 64
@@ -241,7 +242,7 @@ def test_saved_split_round_trip(cfg, tmp_path):
 
 
 def test_saved_split_refuses_another_bank(tmp_path):
-    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    path = save_split(make_split(BANK, "binding_color"), BANK, tmp_path / "s.json")
     for other in (FakeBank(C[:-1], BANK.groups[:-1]), FakeBank(C[::-1], BANK.groups[::-1])):
         with pytest.raises(SplitError, match="saved for another bank"):
             make_split(other, path)
@@ -260,7 +261,7 @@ def test_saved_split_errors_are_clear(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(SplitError, match="not readable JSON"):
         make_split(BANK, bad)
-    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    path = save_split(make_split(BANK, "binding_color"), BANK, tmp_path / "s.json")
     doc = json.loads(path.read_text())
     path.write_text(json.dumps({**doc, "test": [0, len(C)]}))
     with pytest.raises(SplitError, match="outside"):
@@ -278,7 +279,7 @@ def test_a_split_name_too_long_for_a_file_name_is_refused(tmp_path):
         make_split(BANK, {"name": long, "rule": "binding", "held_out": ["purple"]})
     with pytest.raises(SplitError, match="has 202 bytes"):  # bytes of UTF-8, not characters
         make_split(BANK, {"name": "é" * 101, "rule": "binding", "held_out": ["purple"]})
-    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    path = save_split(make_split(BANK, "binding_color"), BANK, tmp_path / "s.json")
     path.write_text(json.dumps({**json.loads(path.read_text()), "name": long}))
     with pytest.raises(SplitError, match=r"split file '.*s.json': split name .* has 201 bytes"):
         make_split(BANK, path)
@@ -346,7 +347,7 @@ def test_rule_options_belong_to_their_rule():
 def test_saved_split_refuses_bad_indices(edit, match, tmp_path):
     # each of these was read as if it were the original split (floats truncated, nested
     # lists flattened, True taken as 1) or ended in an OverflowError traceback
-    path = make_split(BANK, "binding_color").save(tmp_path / "s.json", BANK)
+    path = save_split(make_split(BANK, "binding_color"), BANK, tmp_path / "s.json")
     path.write_text(json.dumps(edit(json.loads(path.read_text()))))
     with pytest.raises(SplitError, match=f"split file '{path}': {match}"):
         make_split(BANK, path)
@@ -402,11 +403,13 @@ def test_an_empty_subset_is_refused(cfg, match):
 def test_an_empty_subset_asked_for_is_kept(tmp_path):
     s = make_split(BANK, NO_VAL)  # fractions[1] = 0
     assert len(s.val) == 0 and len(s.train) and len(s.test)
-    assert _same(make_split(BANK, s.save(tmp_path / "s.json", BANK)), s)  # read back as saved
+    assert _same(
+        make_split(BANK, save_split(s, BANK, tmp_path / "s.json")), s
+    )  # read back as saved
     spec = {"name": "d", "rule": "pairs", "pairs": [["color?", "="]], "val": "disjoint"}
     s = make_split(BANK, {**spec, "val_fraction": 0})
     assert len(s.val) == 0 and len(s.test) == 8
-    path = make_split(BANK, "binding_color").save(tmp_path / "bc.json", BANK)
+    path = save_split(make_split(BANK, "binding_color"), BANK, tmp_path / "bc.json")
     doc = json.loads(path.read_text())
     path.write_text(json.dumps({**doc, "test": [], "val": [], "dropped": [0, 2]}))
     with pytest.raises(SplitError, match="empty test set .* the split file holds no concept"):

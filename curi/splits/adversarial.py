@@ -28,6 +28,7 @@ from curi.predictors import VARIANTS, _score
 from curi.rng import derive_rng
 from curi.splits.base import Split, finish
 from curi.splits.rules import register_split_rule
+from curi.splits.saved import save_split
 from curi.splits.spec import SplitSpec
 from curi.structures import StructureIndex, symbol_similarity
 
@@ -300,7 +301,7 @@ def adversarial(spec: SplitSpec, bank) -> Split:
     if opt.save_dir:
         d = Path(opt.save_dir).expanduser()
         for sp in splits:
-            sp.save(d / f"{sp.name}.json", bank)
+            save_split(sp, bank, d / f"{sp.name}.json")
     if not splits:
         raise SplitError(
             f"split {spec.name!r}: no adversarial split kept; raise max_easiness or "

@@ -5,7 +5,6 @@ split's own checks (paper section 3)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -68,13 +67,6 @@ class Split:
 
     def sizes(self) -> dict[str, int]:
         return {k: len(getattr(self, k)) for k in (*SUBSETS, "dropped")}
-
-    def save(self, path: str | Path, bank) -> Path:
-        """Write this split of `bank` to a JSON file that the ``file`` rule reads back, so a
-        generated split (e.g. a searched one) can be reused exactly; see `curi.splits.saved`."""
-        from curi.splits.saved import save_split  # saved.py builds on this module
-
-        return save_split(self, bank, path)
 
 
 def groups_to_subsets(groups: np.ndarray, fractions, rng: np.random.Generator) -> np.ndarray:

@@ -26,6 +26,7 @@ from curi.models.lm.prompt import (
 from curi.models.lm.prompt import scene_texts as _scene_texts
 from curi.models.lm.task import FORMAT, MANIFEST, TaskFiles, replacing, write_table
 from curi.rng import derive_rng
+from curi.splits.saved import save_split
 
 __all__ = ["GROUP", "export_tasks", "task_name"]
 
@@ -359,6 +360,6 @@ def _write_tasks(
         )  # fmt: skip
         if not isinstance(split, str):
             info["split_file"] = f"{task_name(split_name, 'split')}.json"
-            split.save(folder / info["split_file"], bank)
+            save_split(split, bank, folder / info["split_file"])
         tasks[name] = info
     return tasks

@@ -20,6 +20,7 @@ from pathlib import Path
 from curi.atomic import write_text
 from curi.errors import ConfigError
 from curi.models.lm.task import FORMAT, TaskFiles, read_manifest, read_table, replacing, write_table
+from curi.splits.saved import save_split
 
 __all__ = [
     "DESCRIPTION",
@@ -266,7 +267,7 @@ def _write_rule_task(
     size = write_table(folder / f"{name}.contexts.jsonl.gz", contexts)
     size += write_table(folder / f"{name}.docs.jsonl.gz", docs)
     write_text(folder / f"{name}.yaml", _task_yaml(name, instructions, max_gen_toks))
-    split.save(folder / f"{name}_split.json", bank)
+    save_split(split, bank, folder / f"{name}_split.json")
     return {
         "split": split.name,
         "split_file": f"{name}_split.json",
