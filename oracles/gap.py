@@ -161,6 +161,8 @@ class _Scorer:
         """(E,) AP on the evaluation set of each episode's posterior against its concept, for
         each of `posts`; a (concept, posterior) seen before is not scored again, the others
         are scored together (`oracle_aps`)."""
+        if len(self._aps) > _MAX_CACHED_APS:  # before the look-ups: every key read is there
+            self._aps.clear()
         keys, todo = [], {}
         for k, post in enumerate(posts):
             idx, offsets = post.idx, post.offsets
@@ -174,8 +176,6 @@ class _Scorer:
                 if at not in self._aps:
                     todo.setdefault(at, (k, j))
         if todo:
-            if len(self._aps) > _MAX_CACHED_APS:
-                self._aps.clear()
             which = np.array(list(todo.values()))  # (oracle, episode) of each new key
             parts = [posts[k].select(which[which[:, 0] == k, 1]) for k in range(len(posts))]
             order = np.argsort(which[:, 0], kind="stable")
