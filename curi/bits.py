@@ -12,6 +12,7 @@ __all__ = [
     "popcount",
     "select_bits",
     "set_bits",
+    "set_bits_rows",
     "num_words",
     "transpose_blocks",
     "transpose_bytes",
@@ -62,6 +63,15 @@ def set_bits(row: np.ndarray) -> np.ndarray:
     nz = np.flatnonzero(row)
     at = np.flatnonzero(np.unpackbits(row[nz].view(np.uint8), bitorder="little").view(bool))
     return nz[at >> 6] * 64 + (at & 63)
+
+
+def set_bits_rows(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, position) of every set bit of packed rows (R, W), row by row, ascending; only
+    the nonzero bytes are unpacked."""
+    a = np.ascontiguousarray(words).view(np.uint8)  # (R, 8 W): bit j of byte c is 8 c + j
+    r, c = np.nonzero(a)
+    k, b = np.nonzero(np.unpackbits(a[r, c][:, None], 1, bitorder="little"))
+    return r[k], c[k] * 8 + b
 
 
 def select_bits(row: np.ndarray, ranks: np.ndarray, *, cum: np.ndarray | None = None) -> np.ndarray:

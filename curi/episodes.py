@@ -31,6 +31,7 @@ _BATCH = 64  # candidate scenes per rejection round
 _MAX_ROUNDS = 64
 _MATCH_ROUNDS = 8  # rejection rounds of a matched draw before it tests every scene of its key
 _BIT = (1 << np.arange(8)).astype(np.uint8)  # bit s of a row is bit s % 8 of byte s // 8
+_CACHE_BYTES = 1 << 23  # the cumulative popcounts of concepts' rows a sampler keeps
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,7 @@ class EpisodeSampler:
             np.ones(self.num_positives, np.int8), np.zeros(self.num_negatives, np.int8)
         ]
         self.negative_sampler = negative_sampler
+        self._cums: dict[int, np.ndarray] = {}  # concept -> cumulative popcount of its row
         if negative_sampler == "matched":
             self._key = _matched_keys(bank.scenes)
             self._key_order = np.argsort(self._key, kind="stable")
@@ -250,7 +252,7 @@ class EpisodeSampler:
         k = min(bisect.bisect_right(self._cum_list, rng.random()), len(self._cum_list) - 1)
         h = int(self.concepts[k])
         row = np.asarray(bank.truth_words[h])
-        pos = select_bits(row, _distinct(rng, int(bank.counts[h]), 2 * npos))
+        pos = select_bits(row, _distinct(rng, int(bank.counts[h]), 2 * npos), cum=self._cum_of(h))
         s_pos, q_pos = pos[:npos], pos[npos:]
 
         neg_rng = self._streams[1].rng(i)
@@ -279,6 +281,17 @@ class EpisodeSampler:
             query_alternates=q_alt,
             bank=bank,
         )
+
+    def _cum_of(self, h: int) -> np.ndarray:
+        """The cumulative popcount of concept h's row (`select_bits`), kept for the next
+        episode of h (a split's concepts recur thousands of times in a sampler's episodes)."""
+        cum = self._cums.get(h)
+        if cum is None:
+            if (len(self._cums) + 1) * 8 * self.bank.truth_words.shape[1] > _CACHE_BYTES:
+                self._cums.clear()
+            row = self.bank.truth_words[h]
+            cum = self._cums[h] = np.cumsum(np.bitwise_count(row), dtype=np.int64)
+        return cum
 
     # --- negatives --------------------------------------------------------------------------
     @property

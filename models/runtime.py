@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from curi.errors import ConfigError
+from curi.signals import Interrupted, handling
 
 if TYPE_CHECKING:
     from curi.models.config import TrainSettings
@@ -237,11 +238,11 @@ def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None
     return Runtime(base, rank=rank, world_size=world, amp_dtype=amp, owns_process_group=owns)
 
 
-class TrainingStopped(SystemExit):
+class TrainingStopped(Interrupted):
     """Training stopped on a signal (`StopSignals`) after saving a checkpoint of the step
-    reached. Like `KeyboardInterrupt` it is not an `Exception`: uncaught, it ends the process
-    with exit status 128 + the signal's number (138 for SIGUSR1, 143 for SIGTERM), the status a
-    shell gives a process ended by that signal. Running the same command again resumes.
+    reached (`curi.signals.Interrupted`: uncaught, it ends the process with exit status 128 +
+    the signal's number, 138 for SIGUSR1, 143 for SIGTERM). Running the same command again
+    resumes.
 
     Attributes:
         signum: the signal.
@@ -250,8 +251,8 @@ class TrainingStopped(SystemExit):
     """
 
     def __init__(self, signum: int, step: int, checkpoint: str | None) -> None:
-        super().__init__(128 + signum)
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        super().__init__(signum)
+        self.step, self.checkpoint = step, checkpoint
 
     def __str__(self) -> str:
         where = f"; checkpoint {self.checkpoint}" if self.checkpoint else ""
@@ -299,12 +300,9 @@ class StopSignals:
                 signal.signal(sig, signal.SIG_IGN)
 
     def __enter__(self) -> StopSignals:
+        self._handling = handling(self.SIGNALS, self._note)
+        self._previous = self._handling.__enter__()
         if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                before = signal.getsignal(sig)
-                if before is not signal.SIG_IGN:
-                    self._previous[sig] = before
-                    signal.signal(sig, self._note)
             StopSignals._open = True
         if self.rt.distributed:
             self._group = dist.new_group(backend="gloo")
@@ -337,8 +335,7 @@ class StopSignals:
             before(signum, None)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        for sig, before in self._previous.items():  # kept for `forward`
-            signal.signal(sig, before)
+        self._handling.__exit__(None, None, None)  # self._previous is kept for `forward`
         StopSignals._open = False
         if self._group is not None and exc_type is None:  # every process sent the last flag
             if self._pending is not None:

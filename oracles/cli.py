@@ -13,14 +13,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.atomic import write_text
+from curi.atomic import exclusive, write_text
 from curi.core_cli import open_bank_from_config
 from curi.errors import ConfigError
 from curi.jobs import sweep_lock
 from curi.oracles.gap import check_gap_options, compositionality_gap
-from curi.oracles.report import markdown_table, plot_title, write_report
+from curi.oracles.gap_folder import GapFolder, again, gap_settings
+from curi.oracles.report import markdown_table, plot_title
 from curi.paths import output_path, read_text
 from curi.schema import check_shape
+from curi.signals import Interrupted, stop_on_signals
+from curi.splits import make_split
 
 __all__ = ["audit", "curve", "curve_collect", "gap", "score"]
 
@@ -28,29 +31,67 @@ log = logging.getLogger("curi")
 
 
 def gap(cfg: DictConfig) -> None:
-    """Compositionality gap of every split (strong/weak/random/prior-only oracles, D_A, D_C)."""
+    """Compositionality gap of every split (strong/weak/random/prior-only oracles, D_A, D_C),
+    each row saved as it finishes; run again into the same output_dir, it computes only the
+    missing rows. Ctrl-C or SIGTERM ends it in one line, the finished rows kept."""
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seed)  # before building a bank
-    bank = open_bank_from_config(cfg)
+    out = Path(cfg.output_dir)
+    folder = None
+    lock = exclusive(out / "gap", what=f"output_dir={out} (a gap table)", error=ConfigError)
+    try:
+        with stop_on_signals(), lock:
+            bank = open_bank_from_config(cfg)
+            splits, negatives, options = _table_options(cfg, bank)
+            settings = gap_settings(bank, splits, negatives, **options, divergences=True)
+            folder = GapFolder(out, settings, total=len(splits) * len(negatives))
+            done = folder.claim()
+            if done:
+                log.info("%s: %d of %d rows done; computing the rest", out, len(done), folder.total)
+            meta = _gap_meta(cfg, bank)
+            rows = compositionality_gap(
+                bank,
+                splits,
+                negatives,
+                **options,
+                workers=cfg.workers,
+                progress=cfg.progress,
+                done=done,
+                on_rows=lambda rows: folder.save(rows, meta=meta),
+            )
+            name = f"{bank.path.name} ({len(bank):,} concepts)"
+            title = plot_title(rows, bank=name, episodes=cfg.episodes.test)
+            paths = folder.finish(rows, meta=meta, title=title)
+    except Interrupted as stop:
+        n = folder.written if folder else 0
+        kept = f"{n} of {folder.total} rows kept in {out / 'gap.json'}" if n else "no row done"
+        print(f"curi gap: {stop}; {kept}; {again(out)}", file=sys.stderr)
+        raise
+    print(markdown_table(rows))
+    log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
+
+
+def _table_options(cfg: DictConfig, bank) -> tuple[list, list[str], dict]:
+    """(splits, negatives, scoring options) of the table `cfg` asks for."""
     one = cfg.get("split")  # split=NAME or split=FILE.json: that split instead of splits
-    splits = (
+    specs = (
         [OmegaConf.to_container(one, resolve=True)]
         if one is not None
-        else (OmegaConf.to_container(cfg.splits, resolve=True))
+        else OmegaConf.to_container(cfg.splits, resolve=True)
     )
-    negatives = OmegaConf.to_container(cfg.negatives, resolve=True)
-    rows = compositionality_gap(
-        bank,
-        splits,
-        negatives,
-        episodes=cfg.episodes.test,
-        prior=cfg.prior,
-        likelihood=cfg.likelihood,
-        seed=cfg.seed,
-        workers=cfg.workers,
-        progress=cfg.progress,
-        negative_sampler=cfg.negative_sampler,
-    )
-    meta = {
+    splits = list({sp.name: sp for sp in (make_split(bank, s) for s in specs)}.values())
+    options = {
+        "episodes": cfg.episodes.test,
+        "prior": cfg.prior,
+        "likelihood": cfg.likelihood,
+        "seed": cfg.seed,
+        "negative_sampler": cfg.negative_sampler,
+    }
+    return splits, OmegaConf.to_container(cfg.negatives, resolve=True), options
+
+
+def _gap_meta(cfg: DictConfig, bank) -> dict:
+    """The settings listed at the top of gap.md."""
+    return {
         "bank": f"{bank.path} ({len(bank):,} concepts, {bank.num_scenes:,} scenes)",
         "test episodes per row": f"{cfg.episodes.test:,}",
         "prior": cfg.prior,
@@ -58,11 +99,6 @@ def gap(cfg: DictConfig) -> None:
         "negative sampler": cfg.negative_sampler,
         "seed": cfg.seed,
     }
-    name = f"{bank.path.name} ({len(bank):,} concepts)"
-    title = plot_title(rows, bank=name, episodes=cfg.episodes.test)
-    paths = write_report(rows, cfg.output_dir, meta=meta, title=title)
-    print(markdown_table(rows))
-    log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
 
 
 def audit(cfg: DictConfig) -> None:

@@ -2,39 +2,42 @@
 scored on a split's test episodes (mAP on the shared evaluation set, class-balanced accuracy on
 the query set) and the split's DBCA divergences, for every split and type of negatives. The
 evaluation set is `curi.oracles.eval_set`, the AP and accuracy maths `curi.oracles.metrics`; here
-is the loop over a split's episodes and the pool that runs the (split, negatives) jobs."""
+are the scoring of a chunk of a split's episodes and the pool that runs the chunks of every
+(split, negatives) row, handing each row on as it finishes."""
 
 from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import signal
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from curi import validate
 from curi.bank import ConceptBank
-from curi.bits import unpack_rows
 from curi.divergence import bank_index
 from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, EpisodeSampler
 from curi.errors import ConfigError
 from curi.machine import available_cores
+from curi.oracles.eval_ap import oracle_aps
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import (
     class_balanced_accuracy_batch,
-    oracle_average_precision,
     pooled_class_balanced_accuracy,
     random_average_precision,
 )
 from curi.oracles.policies import Oracle
-from curi.posterior import LIKELIHOODS, PRIORS, predictive_on
-from curi.rng import derive_rng
+from curi.posterior import LIKELIHOODS, PRIORS, Posteriors
+from curi.rng import DerivedStream
 from curi.splits import PAPER_SPLITS, Split, make_split
 
 MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
+CHUNK = 1000  # episodes a job scores: the bar moves within a row, and no core idles at the end
 
-__all__ = ["ROW_KEYS", "check_gap_options", "compositionality_gap", "score_split"]
+__all__ = ["CHUNK", "ROW_KEYS", "check_gap_options", "compositionality_gap", "score_split"]
 
 log = logging.getLogger(__name__)
 # where a row's time goes: building episodes, posteriors, query-set predictive, mAP, random
@@ -58,9 +61,194 @@ ROW_KEYS = (
     "d_atom",
     "d_compound",
 )
+_ORACLES = ("strong", "weak", "random", "prior")
+_MAX_CACHED_APS = 200_000  # (concept, posterior) -> AP entries a process keeps
 
 
-# --- one (split, negatives) row -------------------------------------------------------------
+# --- one chunk of a (split, negatives) row ---------------------------------------------------
+@dataclass(frozen=True)
+class _Part:
+    """What scoring episodes [start, start + E) of one row gives (`_Scorer`)."""
+
+    start: int
+    ap: np.ndarray  # (4, E) AP on the evaluation set of the strong, weak, random, prior oracles
+    q_scores: np.ndarray  # (4, E, Q) their predictive on the query sets
+    q_labels: np.ndarray  # (E, Q) int8
+    stages: dict[str, float]  # seconds per stage (`STAGES`)
+
+
+class _Scorer:
+    """Scores chunks of a row's episodes; what chunks share (episode samplers, oracles, the
+    prior-only oracle's caches, the AP of a (concept, posterior) seen before: the same
+    concept often comes with the same consistent hypotheses) is kept for the next chunk of
+    the same process. Every number equals, to the bits, scoring the episodes one by one."""
+
+    def __init__(self, bank, ev: EvalSet, *, prior, likelihood, seed, negative_sampler):
+        self.bank, self.ev = bank, ev
+        self.prior, self.likelihood, self.seed = prior, likelihood, seed
+        self.negative_sampler = negative_sampler
+        self.groups = np.asarray(bank.groups)
+        self.n_pos_eval = np.bitwise_count(ev.rows).sum(1)  # (H,) positives on the eval set
+        self.prior_only = _prior_only(bank, prior)
+        self._rows: dict[tuple, tuple] = {}  # (split, negatives) -> sampler, oracles, stream
+        self._aps: dict[tuple, float] = {}
+
+    def __call__(self, split: Split, negatives: str, start: int, stop: int) -> _Part:
+        """Score episodes [start, stop) of the row (split, negatives)."""
+        stages = dict.fromkeys(STAGES, 0.0)
+        clock = time.perf_counter
+
+        def lap(stage: str, since: float) -> float:
+            now = clock()
+            stages[stage] += now - since
+            return now
+
+        t = clock()
+        sampler, strong, weak, stream = self._row(split, negatives)
+        eps = [sampler[i] for i in range(start, stop)]
+        concepts = np.array([e.concept for e in eps], np.int64)
+        s_ids, s_labels = np.stack([e.support_ids for e in eps]), [e.support_labels for e in eps]
+        s_labels = np.stack(s_labels)
+        q_ids, q_labels = (
+            np.stack([e.query_ids for e in eps]),
+            np.stack([e.query_labels for e in eps]),
+        )
+        t = lap("episodes", t)
+        posts = [strong.posteriors(s_ids, s_labels)]
+        posts.append(posts[0] if weak is None else weak.posteriors(s_ids, s_labels))
+        t = lap("posterior", t)
+        q_scores = np.zeros((4, *q_ids.shape))
+        q_scores[0] = posts[0].predictive(self.bank, q_ids)
+        q_scores[1] = q_scores[0] if weak is None else posts[1].predictive(self.bank, q_ids)
+        t = lap("query", t)
+        ap = np.zeros((4, len(eps)))
+        key = (negatives, s_labels.shape[1])
+        n_pos = s_labels.astype(bool).sum(1).tolist()
+        ap[:2] = self._map(key, concepts, n_pos, posts[:1] if weak is None else posts)
+        t = lap("map", t)
+        ap[2], q_scores[2] = self._random(stream, concepts, q_labels, start)
+        t = lap("random", t)
+        ap[3], q_scores[3] = self._prior_only(concepts, q_ids)
+        lap("prior", t)
+        return _Part(start, ap, q_scores, q_labels, stages)
+
+    def _row(self, split: Split, negatives: str) -> tuple:
+        """(episode sampler, strong oracle, weak oracle (None: the strong one), random
+        oracle's stream) of a row, made once per process (its caches kept for its next
+        chunk)."""
+        key = (split.name, negatives)
+        if key not in self._rows:
+            sampler = EpisodeSampler(
+                self.bank,
+                split,
+                "test",
+                negatives,
+                seed=self.seed,
+                size=MAX_GAP_EPISODES,
+                negative_sampler=self.negative_sampler,
+            )
+            kw = {"prior": self.prior, "likelihood": self.likelihood, "negatives": negatives}
+            strong = Oracle.strong(self.bank, **kw)
+            same = len(split.train) == len(self.bank)  # instance IID: weak is strong
+            weak = None if same else Oracle.weak(self.bank, split, **kw)
+            purpose = f"random-oracle:{split.name}:{negatives}"
+            if len(self._rows) >= 2:  # a process scores one row, or two where rows meet
+                del self._rows[next(iter(self._rows))]
+            self._rows[key] = (sampler, strong, weak, DerivedStream(self.seed, purpose, "random"))
+        return self._rows[key]
+
+    def _map(self, key: tuple, concepts: np.ndarray, n_pos: list, posts: list) -> list:
+        """(E,) AP on the evaluation set of each episode's posterior against its concept, for
+        each of `posts`; a (concept, posterior) seen before is not scored again, the others
+        are scored together (`oracle_aps`)."""
+        if len(self._aps) > _MAX_CACHED_APS:  # before the look-ups: every key read is there
+            self._aps.clear()
+        keys, todo = [], {}
+        for k, post in enumerate(posts):
+            idx, offsets = post.idx, post.offsets
+            keys.append(
+                [
+                    (key, n, h, idx[offsets[j] : offsets[j + 1]].tobytes())
+                    for j, (n, h) in enumerate(zip(n_pos, concepts.tolist(), strict=True))
+                ]
+            )
+            for j, at in enumerate(keys[-1]):
+                if at not in self._aps:
+                    todo.setdefault(at, (k, j))
+        if todo:
+            which = np.array(list(todo.values()))  # (oracle, episode) of each new key
+            parts = [posts[k].select(which[which[:, 0] == k, 1]) for k in range(len(posts))]
+            order = np.argsort(which[:, 0], kind="stable")
+            aps = oracle_aps(
+                self.ev, concepts[which[order, 1]], Posteriors.concat(parts), self.groups
+            )
+            new = list(todo)
+            for i, ap in zip(order.tolist(), aps.tolist(), strict=True):
+                self._aps[new[i]] = ap
+        return [np.array([self._aps[at] for at in ks]) for ks in keys]
+
+    def _random(self, stream, concepts, q_labels, start) -> tuple[np.ndarray, np.ndarray]:
+        """The random oracle: (E,) APs of uniform scores on the evaluation set and (E, Q)
+        uniform query scores, positives first as the episode lists them unshuffled."""
+        m, ap, scores = len(self.ev), np.empty(len(concepts)), np.empty(q_labels.shape)
+        for j, h in enumerate(concepts.tolist()):
+            rng = stream.rng(start + j)
+            ap[j] = random_average_precision(rng, int(self.n_pos_eval[h]), m)
+            scores[j] = rng.random(q_labels.shape[1])
+        out = np.empty(q_labels.shape)
+        order = np.argsort(-q_labels, axis=1, kind="stable")  # positives first: as unshuffled
+        np.put_along_axis(out, order, scores, axis=1)
+        return ap, out
+
+    def _prior_only(self, concepts, q_ids) -> tuple[np.ndarray, np.ndarray]:
+        """The prior-only oracle: its AP per concept and its predictive per scene (the same
+        in every episode)."""
+        oracle = self.prior_only
+        aps = {h: oracle.eval_average_precision(self.ev, h) for h in np.unique(concepts).tolist()}
+        ap = np.array([aps[h] for h in concepts.tolist()])
+        return ap, oracle.predictive(q_ids.reshape(-1)).reshape(q_ids.shape)
+
+
+_last_prior_only: list = []  # [(bank, prior, oracle)]: the last prior-only oracle of this process
+
+
+def _prior_only(bank, prior: str):
+    """The prior-only oracle of (bank, prior), kept for the next table or row of the same
+    bank in this process, so its per-scene and per-concept caches carry over (its scores do
+    not depend on the split or the negatives); its per-scene cache is shared with the
+    processes forked later (a pool's workers)."""
+    last = _last_prior_only[0] if _last_prior_only else (None, None, None)
+    if last[0] is not bank or last[1] != prior:
+        oracle = Oracle.prior_only(bank, prior=prior)
+        oracle.share_cache()
+        _last_prior_only[:] = [(bank, prior, oracle)]
+    return _last_prior_only[0][2]
+
+
+def _row(split: Split, negatives: str, parts: list[_Part], *, per_episode: bool = False) -> dict:
+    """The row of (split, negatives) from the parts of all its episodes."""
+    parts = sorted(parts, key=lambda p: p.start)
+    ap = np.concatenate([p.ap for p in parts], axis=1)  # (4, E)
+    q_scores = np.concatenate([p.q_scores for p in parts], axis=1)  # (4, E, Q)
+    q_labels = np.concatenate([p.q_labels for p in parts])
+    # class-balanced accuracy of the query predictions at 0.5, per episode and pooled
+    cba = [class_balanced_accuracy_batch(q, q_labels) for q in q_scores]
+    stages = {k: sum(p.stages[k] for p in parts) for k in STAGES}
+    row = {"split": split.name, "negatives": negatives}
+    row.update(n_train=len(split.train), n_test=len(split.test))
+    row.update({f"map_{o}": float(ap[k].mean()) for k, o in enumerate(_ORACLES)})
+    row.update({f"cba_{o}": float(cba[k].mean()) for k, o in enumerate(_ORACLES)})
+    for k in (0, 1, 3):
+        row[f"cba_pooled_{_ORACLES[k]}"] = pooled_class_balanced_accuracy(q_scores[k], q_labels)
+    row.update(episodes=ap.shape[1], seconds=round(sum(stages.values()), 4))
+    row["stage_seconds"] = {k: round(v, 4) for k, v in stages.items()}
+    row["map_gap"] = row["map_strong"] - row["map_weak"]
+    row["cba_gap"] = row["cba_strong"] - row["cba_weak"]
+    if per_episode:
+        row["episode_ap"] = dict(zip(_ORACLES, ap, strict=True))
+    return row
+
+
 def score_split(
     bank,
     split: Split,
@@ -80,107 +268,17 @@ def score_split(
     "random", "prior"}`` -> (episodes,) arrays of each episode's AP (per-concept results,
     `curi eval`). The prior-only oracle's scores are the same in every episode: its AP is
     computed once per concept, its query scores once per scene."""
-    t0 = time.perf_counter()
-    sampler = EpisodeSampler(
-        bank, split, "test", negatives, seed=seed, size=episodes, negative_sampler=negative_sampler
-    )
-    kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
-    strong = Oracle.strong(bank, **kw)
-    same = len(split.train) == len(bank)  # instance IID: the weak oracle is the strong one
-    weak = strong if same else Oracle.weak(bank, split, **kw)
-    prior_only = _prior_only(bank, prior)
-    groups = np.asarray(bank.groups)
-    n_pos_eval = np.bitwise_count(ev.rows).sum(1)
-    m = len(ev)
-    out = {k: np.zeros(episodes) for k in ("ap_s", "ap_w", "ap_r", "ap_p")}
-    n_query = sampler.num_positives + sampler.num_negatives
-    # (strong, weak, random, prior-only) predictive on the queries
-    q_scores = np.zeros((4, episodes, n_query))
-    q_labels = np.zeros((episodes, n_query), np.int8)
     from tqdm import tqdm
 
-    stages = dict.fromkeys(STAGES, 0.0)  # seconds spent in each stage of the loop
-    clock = time.perf_counter
-
-    def lap(stage: str, since: float) -> float:
-        now = clock()
-        stages[stage] += now - since
-        return now
-
-    bar = tqdm(range(episodes), desc=f"{split.name}/{negatives}", disable=not progress)
-    for i in bar:
-        t = clock()
-        e = sampler[i]
-        label_words = ev.rows[e.concept]  # ground truth on the eval set, packed and unpacked
-        label = unpack_rows(label_words, m)
-        n_pos = int(n_pos_eval[e.concept])
-        q_labels[i] = e.query_labels
-        t = lap("episodes", t)
-        for k, oracle in enumerate((strong, weak)):
-            if k == 1 and same:
-                out["ap_w"][i], q_scores[1, i] = out["ap_s"][i], q_scores[0, i]
-                continue
-            idx, w = oracle.posterior(e.support_ids, e.support_labels)
-            t = lap("posterior", t)
-            q_scores[k, i] = predictive_on(bank, idx, w, e.query_ids)
-            t = lap("query", t)
-            out[("ap_s", "ap_w")[k]][i] = oracle_average_precision(
-                ev, label, idx, w, groups, label_words
-            )
-            t = lap("map", t)
-        rng = derive_rng(seed, f"random-oracle:{split.name}:{negatives}", i)
-        out["ap_r"][i] = random_average_precision(rng, n_pos, m)
-        order = np.argsort(-e.query_labels, kind="stable")  # positives first: as unshuffled
-        q_scores[2, i, order] = rng.random(len(e.query_ids))
-        t = lap("random", t)
-        out["ap_p"][i] = prior_only.eval_average_precision(ev, e.concept)
-        q_scores[3, i] = prior_only.predictive(e.query_ids)
-        lap("prior", t)
-    # class-balanced accuracy of the query predictions at 0.5, per episode and pooled
-    cba = [class_balanced_accuracy_batch(q, q_labels) for q in q_scores]
-    row = {
-        "split": split.name,
-        "negatives": negatives,
-        "n_train": len(split.train),
-        "n_test": len(split.test),
-        "map_strong": float(out["ap_s"].mean()),
-        "map_weak": float(out["ap_w"].mean()),
-        "map_random": float(out["ap_r"].mean()),
-        "map_prior": float(out["ap_p"].mean()),
-        "cba_strong": float(cba[0].mean()),
-        "cba_weak": float(cba[1].mean()),
-        "cba_random": float(cba[2].mean()),
-        "cba_prior": float(cba[3].mean()),
-        "cba_pooled_strong": pooled_class_balanced_accuracy(q_scores[0], q_labels),
-        "cba_pooled_weak": pooled_class_balanced_accuracy(q_scores[1], q_labels),
-        "cba_pooled_prior": pooled_class_balanced_accuracy(q_scores[3], q_labels),
-        "episodes": episodes,
-        "seconds": round(time.perf_counter() - t0, 4),
-        "stage_seconds": {k: round(v, 4) for k, v in stages.items()},
-    }
-    row["map_gap"] = row["map_strong"] - row["map_weak"]
-    row["cba_gap"] = row["cba_strong"] - row["cba_weak"]
-    if per_episode:
-        row["episode_ap"] = {
-            "strong": out["ap_s"],
-            "weak": out["ap_w"],
-            "random": out["ap_r"],
-            "prior": out["ap_p"],
-        }
-    return row
-
-
-_last_prior_only: list = []  # [(bank, prior, oracle)]: the last prior-only oracle of this process
-
-
-def _prior_only(bank, prior: str):
-    """The prior-only oracle of (bank, prior), kept for the next job of the same bank (in a
-    pool worker, the jobs it runs) so its per-scene and per-concept caches carry over: its
-    scores do not depend on the split or the negatives."""
-    last = _last_prior_only[0] if _last_prior_only else (None, None, None)
-    if last[0] is not bank or last[1] != prior:
-        _last_prior_only[:] = [(bank, prior, Oracle.prior_only(bank, prior=prior))]
-    return _last_prior_only[0][2]
+    opts = {"prior": prior, "likelihood": likelihood, "seed": seed}
+    scorer = _Scorer(bank, ev, **opts, negative_sampler=negative_sampler)
+    parts = []
+    bar = tqdm(total=episodes, desc=f"{split.name}/{negatives}", disable=not progress)
+    with bar:
+        for start in range(0, episodes, CHUNK):
+            parts.append(scorer(split, negatives, start, min(start + CHUNK, episodes)))
+            bar.update(len(parts[-1].q_labels))
+    return _row(split, negatives, parts, per_episode=per_episode)
 
 
 def check_gap_options(episodes, workers, seed) -> tuple[int, int, int]:
@@ -207,8 +305,15 @@ def compositionality_gap(
     workers: int = 0,
     progress: bool = True,
     negative_sampler: str = "paper",
+    done: Iterable[dict] = (),
+    on_rows: Callable[[list[dict]], None] | None = None,
 ) -> list[dict]:
     """The gap table: one row per (split, negatives) with the keys of `ROW_KEYS` (and more).
+
+    Each row is scored in chunks of `CHUNK` episodes by `workers` processes; a row is handed
+    to `on_rows` as soon as its last chunk is in (its divergences join it when they are), so
+    a caller can save the rows finished so far and an interrupted table can be finished
+    later from them (`done`).
 
     Args:
         bank: a `ConceptBank`.
@@ -219,9 +324,13 @@ def compositionality_gap(
         seed: the seed of episodes and the random oracle.
         divergences: also compute DBCA atom / compound divergences per split.
         workers: processes (0: one per CPU core).
-        progress: show progress bars.
+        progress: show a progress bar (episodes of all rows).
         negative_sampler: how negatives are drawn (`curi.episodes.NEGATIVE_SAMPLERS`:
             ``paper``, or ``matched`` to the positives' object counts and distinct colours).
+        done: rows already scored with these settings (an earlier, interrupted call's): kept
+            as they are, not scored again.
+        on_rows: called with the rows finished so far, in table order, each time one
+            finishes or gets its divergences.
 
     Raises:
         ConfigError: episodes outside [1, `MAX_GAP_EPISODES`], a negative number of workers,
@@ -247,100 +356,157 @@ def compositionality_gap(
     for s in splits:
         sp = s if isinstance(s, Split) else make_split(bank, s)
         resolved[sp.name] = sp
-    keys = [(name, neg) for name in resolved for neg in negatives]
+    table = _Table([(name, neg) for name in resolved for neg in negatives], done, on_rows)
+    if not table.missing and not (divergences and table.lacks_divergences(resolved)):
+        return table.rows()
     t = time.perf_counter()
     ev = EvalSet.from_bank(bank)
     log.info("evaluation set: %d scenes (%.1f s)", len(ev), time.perf_counter() - t)
-    opts = {"episodes": episodes, "prior": prior, "likelihood": likelihood, "seed": seed}
-    opts["negative_sampler"] = negative_sampler
-    workers = min(workers or available_cores(), len(keys))
-    rows = _run_jobs(_GapJobs(bank, ev, resolved, opts), keys, workers, progress)
-    if divergences:
-        _add_divergences(bank, resolved, rows, seed)
-    return rows
+    opts = {"prior": prior, "likelihood": likelihood, "seed": seed}
+    scorer = _Scorer(bank, ev, **opts, negative_sampler=negative_sampler)
+    tasks = [_DIVERGENCES] if divergences else []
+    tasks += [
+        (*k, a, min(a + CHUNK, episodes)) for k in table.missing for a in range(0, episodes, CHUNK)
+    ]
+    workers = min(workers or available_cores(), len(tasks))
+    _run_jobs(_GapJobs(bank, scorer, resolved), tasks, workers, table, progress)
+    return table.rows()
 
 
 # --- the table's jobs and the pool that runs them ------------------------------------------
+_DIVERGENCES = ("divergences",)  # the task that computes every split's divergences
+
+
 @dataclass(frozen=True)
 class _GapJobs:
-    """What every (split, negatives) job of a gap table reads; called with ``(split name,
-    negatives)``, it scores that job (`score_split`)."""
+    """What every job of a gap table reads; called with ``(split name, negatives, start,
+    stop)``, it scores those episodes of that row (`_Scorer`), with `_DIVERGENCES` it
+    returns every split's divergences."""
 
     bank: ConceptBank
-    ev: EvalSet
+    scorer: _Scorer
     splits: dict[str, Split]
-    options: dict  # score_split's keyword arguments: episodes, prior, likelihood, seed
 
-    def __call__(self, job: tuple[str, str]) -> dict:
-        split_name, negatives = job
-        return score_split(self.bank, self.splits[split_name], negatives, self.ev, **self.options)
+    def __call__(self, task: tuple) -> tuple[tuple, object]:
+        if task == _DIVERGENCES:
+            return task, _divergences(self.bank, self.splits, self.scorer.seed)
+        name, negatives, start, stop = task
+        return task, self.scorer(self.splits[name], negatives, start, stop)
+
+
+class _Table:
+    """The rows of a gap table as they come in: finished rows (`done` first), the chunks of
+    the rows being scored, and the divergences once known; `on_rows` hears of every change."""
+
+    def __init__(self, keys: list[tuple[str, str]], done: Iterable[dict], on_rows):
+        self.keys, self.on_rows = keys, on_rows
+        self.finished = {(r["split"], r["negatives"]): r for r in done}
+        self.finished = {k: self.finished[k] for k in keys if k in self.finished}
+        self.missing = [k for k in keys if k not in self.finished]
+        self.parts: dict[tuple[str, str], list[_Part]] = {k: [] for k in self.missing}
+        self.divergences: dict | None = None
+
+    def rows(self) -> list[dict]:
+        return [self.finished[k] for k in self.keys if k in self.finished]
+
+    def lacks_divergences(self, splits: dict[str, Split]) -> bool:
+        """Whether a finished row of a split with test concepts has no divergences."""
+        return any(len(splits[r["split"]].test) and "d_atom" not in r for r in self.rows())
+
+    def add(self, task: tuple, result, splits: dict[str, Split], episodes: int) -> None:
+        if task == _DIVERGENCES:
+            self.divergences = result
+            for row in self.rows():
+                row.update(result.get(row["split"], {}))
+            if not self.finished:
+                return
+        else:
+            key = task[:2]
+            self.parts[key].append(result)
+            if sum(len(p.q_labels) for p in self.parts[key]) < episodes:
+                return
+            row = self.finished[key] = _row(splits[key[0]], key[1], self.parts.pop(key))
+            row.update((self.divergences or {}).get(key[0], {}))
+            _log_row(row)
+        if self.on_rows is not None:
+            self.on_rows(self.rows())
+
+
+def _log_row(row: dict) -> None:
+    log.info(
+        "%s/%s: mAP strong %.3f weak %.3f gap %.3f prior-only %.3f (%.0f s)",
+        row["split"],
+        row["negatives"],
+        row["map_strong"],
+        row["map_weak"],
+        row["map_gap"],
+        row["map_prior"],
+        row["seconds"],
+    )
 
 
 _worker_jobs: _GapJobs | None = None  # a pool worker's own jobs, from the pool's initializer
 
 
 def _init_worker(jobs: _GapJobs) -> None:
-    """Pool initializer: keep the jobs the parent hands over (under fork, without a copy)."""
+    """Pool initializer: keep the jobs the parent hands over (under fork, without a copy).
+    Ctrl-C reaches the whole process group: the parent alone answers it (and ends the
+    workers); SIGTERM ends a worker as it would end any process."""
     global _worker_jobs
     _worker_jobs = jobs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run_in_worker(job: tuple[str, str]) -> dict:
-    return _worker_jobs(job)
+def _run_in_worker(task: tuple):
+    return _worker_jobs(task)
 
 
-def _run_jobs(
-    jobs: _GapJobs, keys: list[tuple[str, str]], workers: int, progress: bool
-) -> list[dict]:
-    """The rows of `keys` in order, scored by `workers` forked processes (the bank, evaluation
-    set and splits reach them as the pool's initializer arguments, shared copy-on-write) or,
-    with one worker, in this process."""
-    if workers <= 1:
-        return _collect(map(jobs, keys), len(keys), progress)
-    ctx = mp.get_context("fork")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(jobs,)) as pool:
-        return _collect(pool.imap(_run_in_worker, keys), len(keys), progress)
-
-
-def _collect(results, total: int, progress: bool) -> list[dict]:
+def _run_jobs(jobs: _GapJobs, tasks: list, workers: int, table: _Table, progress: bool) -> None:
+    """Run `tasks` by `workers` forked processes (the bank, evaluation set and splits reach
+    them as the pool's initializer arguments, shared copy-on-write) or, with one worker, in
+    this process, handing each result to `table` as it comes."""
     from tqdm import tqdm
 
-    rows = []
-    for row in tqdm(results, total=total, desc="gap", unit="job", disable=not progress):
-        log.info(
-            "%s/%s: mAP strong %.3f weak %.3f gap %.3f prior-only %.3f (%.0f s)",
-            row["split"],
-            row["negatives"],
-            row["map_strong"],
-            row["map_weak"],
-            row["map_gap"],
-            row["map_prior"],
-            row["seconds"],
-        )
-        rows.append(row)
-    return rows
+    episodes = max((t[3] for t in tasks if t != _DIVERGENCES), default=0)
+    total = episodes * len(table.missing)
+    # smoothing=0: the ETA from the mean rate since the start, which settles; chunks arrive in
+    # bursts (one per worker) and the first of each worker is slower (its caches fill)
+    bar = tqdm(total=total, desc="gap", unit="episode", smoothing=0, disable=not progress)
+    with bar:
+
+        def collect(results) -> None:
+            for task, result in results:
+                table.add(task, result, jobs.splits, episodes)
+                if task != _DIVERGENCES:
+                    bar.update(task[3] - task[2])
+                    bar.set_postfix_str(f"{len(table.finished)}/{len(table.keys)} rows")
+
+        if workers <= 1:
+            collect(map(jobs, tasks))
+            return
+        ctx = mp.get_context("fork")
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(jobs,)) as pool:
+            collect(pool.imap_unordered(_run_in_worker, tasks))
 
 
-def _add_divergences(bank, splits: dict, rows: list[dict], seed: int) -> None:
+def _divergences(bank, splits: dict[str, Split], seed: int) -> dict[str, dict[str, float]]:
+    """Split name -> its D_A, D_C and those of a random split of the same sizes (none for a
+    split without test concepts)."""
     index = bank_index(bank)
-    cache = {}
+    out = {}
     for name, sp in splits.items():
         if len(sp.test) == 0:
-            cache[name] = (None, None)
             continue
         d = index.divergences(sp.train, sp.test)
         if len(sp.train) + len(sp.test) <= len(bank):
             base = index.random_baseline(sp.train, sp.test, seed=seed)
         else:  # overlapping sides (instance IID): a random split of the same sizes is itself
             base = d
-        cache[name] = (d, base)
-    for row in rows:
-        d, base = cache[row["split"]]
-        if d is None:
-            continue
-        row.update(
-            d_atom=d.atom,
-            d_compound=d.compound,
-            d_atom_random=base.atom,
-            d_compound_random=base.compound,
-        )
+        out[name] = {
+            "d_atom": d.atom,
+            "d_compound": d.compound,
+            "d_atom_random": base.atom,
+            "d_compound_random": base.compound,
+        }
+    return out

@@ -381,6 +381,11 @@ class FixedScores:
         labels = np.asarray(labels, bool).reshape(-1, len(self.scores))
         return np.array([_ap_of_scores(self.scores, y, self.ordered) for y in labels])
 
+    def of_positives(self, positives: np.ndarray) -> float:
+        """The AP against the label whose positives are the scenes `positives` (positions,
+        ascending: the same AP as their (M,) label, without one)."""
+        return _ap_of_scores(self.scores, positives, self.ordered)
+
 
 def _scene_scores(reps: np.ndarray, wg: np.ndarray, m: int) -> np.ndarray:
     """(M,) scores ``sum_g wg[g] [row g holds]`` of packed rows (G, ceil(M / 64)): each block
@@ -401,10 +406,11 @@ def _scene_scores(reps: np.ndarray, wg: np.ndarray, m: int) -> np.ndarray:
 def _ap_of_scores(
     scores: np.ndarray, label: np.ndarray, ordered: np.ndarray | None = None
 ) -> float:
-    """Step-wise AP of (M,) scores against (M,) bool labels, compared to 12 decimals (as in
-    `ap_from_counts`): only the distinct positive scores are thresholds, and the scenes at or
-    above each are counted in one sort of the scores (no argsort); `ordered`: the rounded
-    scores already sorted (then `scores` must be rounded too)."""
+    """Step-wise AP of (M,) scores against (M,) bool labels (or the positives' positions),
+    compared to 12 decimals (as in `ap_from_counts`): only the distinct positive scores are
+    thresholds, and the scenes at or above each are counted in one sort of the scores (no
+    argsort); `ordered`: the rounded scores already sorted (then `scores` must be rounded
+    too)."""
     if ordered is None:
         scores = np.round(scores, 12)
         ordered = np.sort(scores)

@@ -7,11 +7,12 @@ scored (`curi.oracles.gap`)."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from curi.bits import unpack_rows
+from curi.bits import set_bits
 from curi.oracles.metrics import FixedScores, oracle_scores
 from curi.posterior import LIKELIHOODS, PRIORS, Posterior, posterior_predictive
 
@@ -112,9 +113,16 @@ class PriorOnlyOracle(Oracle):
         _, scores, done = self._eval
         concept = int(concept)
         if concept not in done:
-            label = unpack_rows(ev.rows[concept], len(ev))
-            done[concept] = float(scores(label)[0])
+            done[concept] = scores.of_positives(set_bits(ev.rows[concept]))
         return done[concept]
+
+    def share_cache(self) -> None:
+        """Keep the per-scene predictive computed so far, and from now on, in memory shared
+        with the processes forked after this call: a pool's workers then compute each scene
+        once between them (two that compute one at once write the same value)."""
+        shared = np.frombuffer(mp.RawArray("d", len(self._cache)))
+        shared[:] = self._cache
+        self._cache = shared
 
     def _byte_tables(self) -> tuple[np.ndarray, np.ndarray]:
         """(B * 256,) the prior mass of each byte value of each of the B bytes of a

@@ -56,6 +56,50 @@ def test_pool_rows_equal_serial_rows(tiny_bank):
     assert gap._worker_jobs is None
 
 
+def test_rows_scored_in_chunks_equal_rows_scored_whole(tiny_bank, monkeypatch):
+    """A row scored in chunks of a few episodes by two processes (each chunk's episodes,
+    posteriors and random-oracle draws taken where the whole row would take them, the AP
+    caches of a process reused across its chunks, and emptied when full) equals the row
+    scored in one piece."""
+    from curi.oracles import gap
+
+    kw = dict(episodes=45, divergences=False, progress=False)
+    splits, negatives = ["instance_iid", "binding_color"], ["hard", "easy"]
+    whole = compositionality_gap(tiny_bank, splits, negatives, workers=1, **kw)
+    monkeypatch.setattr(gap, "CHUNK", 7)
+    monkeypatch.setattr(gap, "_MAX_CACHED_APS", 3)  # full after a chunk: emptied at the next
+    chunked = compositionality_gap(tiny_bank, splits, negatives, workers=2, **kw)
+    timing = {"seconds", "stage_seconds"}
+    assert [{k: v for k, v in r.items() if k not in timing} for r in chunked] == [
+        {k: v for k, v in r.items() if k not in timing} for r in whole
+    ]
+
+
+def test_the_progress_bar_counts_episodes_within_a_row(tiny_bank, monkeypatch):
+    """The bar moves as each chunk of a row's episodes is scored, not once per row."""
+    import tqdm
+
+    from curi.oracles import gap
+
+    bars = []
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.steps = []
+            bars.append(self)
+
+        def update(self, n=1):
+            self.steps.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    monkeypatch.setattr(gap, "CHUNK", 10)
+    compositionality_gap(tiny_bank, "counting", "hard", episodes=30, workers=1, progress=True)
+    (bar,) = bars
+    assert (bar.total, bar.unit, bar.steps) == (30, "episode", [10, 10, 10])
+
+
 def test_weak_oracle_without_train_concepts(tiny_bank):
     split = make_split(tiny_bank, "binding_color")
     empty = type(split)("empty", split.train[:0], split.val, split.test, split.dropped)

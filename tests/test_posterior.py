@@ -127,3 +127,33 @@ def test_episode_alternates_are_the_consistent_set_of_the_positives(tiny_bank):
             positives = ids[labels == 1]
             idx = Posterior(tiny_bank).consistent(positives, np.ones(5, np.int8))
             np.testing.assert_array_equal(alternates, idx[idx != e.concept])
+
+
+@pytest.mark.parametrize("likelihood", ["size_principle", "consistent"])
+@pytest.mark.parametrize("negatives", ["hard", "easy"])
+def test_batched_posteriors_equal_one_by_one_to_the_bits(tiny_bank, likelihood, negatives):
+    # the gap report scores a chunk of episodes at once: the same weights and query scores,
+    # not merely close ones (a score of 0.5 decides a class-balanced accuracy)
+    split = make_split(tiny_bank, "concept_iid")
+    sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=4, size=120)
+    eps = [sampler[i] for i in range(len(sampler))]
+    ids, labels = (
+        np.stack([getattr(e, k) for e in eps]) for k in ("support_ids", "support_labels")
+    )
+    queries = np.stack([e.query_ids for e in eps])
+    kinds = set()
+    for hyps in (None, split.train):
+        post = Posterior(tiny_bank, hyps, likelihood=likelihood, negatives=negatives)
+        batch = post.posteriors(ids, labels)
+        scores = batch.predictive(tiny_bank, queries)
+        for j, e in enumerate(eps):
+            idx, w = post.posterior(e.support_ids, e.support_labels)
+            got_idx, got_w = batch[j]
+            np.testing.assert_array_equal(got_idx, idx)
+            assert got_w.tobytes() == w.tobytes()
+            assert scores[j].tobytes() == post.predict(ids[j], labels[j], queries[j]).tobytes()
+            kinds.add(min(len(idx), 2))
+        picked = batch.select(np.array([5, 0, 5]))
+        for j, k in enumerate([5, 0, 5]):
+            np.testing.assert_array_equal(picked[j][1], batch[k][1])
+    assert kinds == {0, 1, 2}  # no consistent hypothesis, one, several

@@ -1,0 +1,59 @@
+"""The AP on the evaluation set of many posteriors at once equals, to the bits, the AP of each
+posterior scored alone (`curi.oracles.metrics.oracle_average_precision`), on every path: no
+consistent hypothesis, few groups (cells), too many cells, many groups (scene scores)."""
+
+import numpy as np
+import pytest
+
+from curi.bits import unpack_rows
+from curi.episodes import EpisodeSampler
+from curi.oracles import eval_ap, metrics
+from curi.oracles.eval_ap import oracle_aps
+from curi.oracles.eval_set import EvalSet
+from curi.oracles.policies import Oracle
+from curi.posterior import Posteriors
+from curi.splits import make_split
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny_bank):
+    """(concepts, posteriors) of the strong and weak oracles, hard and easy negatives."""
+    concepts, posts = [], []
+    split = make_split(tiny_bank, "binding_color")
+    for negatives in ("hard", "easy"):
+        sampler = EpisodeSampler(tiny_bank, split, "test", negatives, seed=3, size=150)
+        eps = [sampler[i] for i in range(len(sampler))]
+        ids = np.stack([e.support_ids for e in eps])
+        labels = np.stack([e.support_labels for e in eps])
+        for hyps in (None, split.train):
+            posts.append(Oracle(tiny_bank, hyps, negatives=negatives).posteriors(ids, labels))
+            concepts.append([e.concept for e in eps])
+    return np.concatenate(concepts), Posteriors.concat(posts)
+
+
+@pytest.mark.parametrize("max_cells", [16, 4, 0])  # 0: every posterior by scene scores
+def test_batched_aps_equal_one_by_one(tiny_bank, episodes, monkeypatch, max_cells):
+    monkeypatch.setattr(metrics, "_MAX_CELLS", max_cells)
+    monkeypatch.setattr(eval_ap, "_MAX_CELLS", max_cells)
+    ev, groups = EvalSet.from_bank(tiny_bank), np.asarray(tiny_bank.groups)
+    concepts, post = episodes
+    got = oracle_aps(ev, concepts, post, groups)
+    sizes = set()
+    for j, h in enumerate(concepts):
+        idx, w = post[j]
+        label = unpack_rows(ev.rows[h], len(ev))
+        want = metrics.oracle_average_precision(ev, label, idx, w, groups)
+        assert got[j].tobytes() == np.float64(want).tobytes(), j
+        n_groups = len(np.unique(groups[idx]))
+        sizes.add(0 if n_groups == 0 else 1 if n_groups <= 8 else 2)
+    assert sizes == {0, 1, 2}
+
+
+def test_batched_aps_in_small_batches(tiny_bank, episodes, monkeypatch):
+    # the scene-score path holds the byte codes of a few hundred blocks of 8 groups at once
+    monkeypatch.setattr(eval_ap, "_MAX_BLOCKS", 3)
+    ev, groups = EvalSet.from_bank(tiny_bank), np.asarray(tiny_bank.groups)
+    concepts, post = episodes
+    whole = oracle_aps(ev, concepts, post, groups)
+    monkeypatch.undo()
+    assert oracle_aps(ev, concepts, post, groups).tobytes() == whole.tobytes()

@@ -1,0 +1,46 @@
+"""curi.signals: a stop signal raises `Interrupted` (exit status 128 + signal) once, a signal
+set to be ignored stays ignored, and the earlier handlers come back after the block."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from curi.signals import Interrupted, handling, stop_on_signals
+
+
+def test_a_signal_in_the_block_raises_interrupted_once_and_the_handlers_come_back():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(Interrupted) as e, stop_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler ends the sleep at once
+    assert isinstance(e.value, SystemExit) and e.value.code == 143
+    assert str(e.value) == "stopped by SIGTERM"
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_second_signal_does_not_interrupt_the_clean_up():
+    cleaned = []
+    with pytest.raises(Interrupted) as e, stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)  # ignored: the first one is being handled
+            time.sleep(0.01)
+            cleaned.append(True)
+    assert e.value.code == 130 and cleaned == [True]
+
+
+def test_an_ignored_signal_stays_ignored():
+    before = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        with handling([signal.SIGUSR2], lambda *a: pytest.fail("handled")) as previous:
+            assert previous == {} and signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGUSR2)
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR2, before)
