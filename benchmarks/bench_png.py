@@ -1,4 +1,4 @@
-"""Our PNG writer (`curi.renderers.image`: one Sub filter, zlib level 1) against Pillow at the
+"""Our PNG writer (`curi.renderers.png`: one Sub filter, zlib level 1) against Pillow at the
 same level, on the real export path: `render_episode_file` of exported tiny-bank episodes with
 every scene's PNG, all the work of `curi episodes render modality=image` (ray casting, PNG,
 ``.npz``, metadata), in this process (``--workers 1``) or in worker processes.
@@ -22,13 +22,14 @@ import numpy as np
 from _report import machine
 from PIL import Image
 
-import curi.renderers.image as image_module
+import curi.renderers.image as image_module  # its export calls the writer by these names
 from curi import build_bank, load_bank, make_split
 from curi.export import export_episodes
 from curi.renderers import get_renderer
+from curi.renderers.png import PNG_LEVEL
 from curi.renderers.rerender import render_episode_file
 
-OURS = (image_module._png_scanlines, image_module._png_file)
+OURS = (image_module.png_scanlines, image_module.png_file)
 
 
 def _pil_rows(hwc: np.ndarray) -> np.ndarray:
@@ -37,13 +38,13 @@ def _pil_rows(hwc: np.ndarray) -> np.ndarray:
 
 def _pil_file(image: np.ndarray, channels: int) -> bytes:
     buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="PNG", compress_level=image_module.PNG_LEVEL)
+    Image.fromarray(image).save(buf, format="PNG", compress_level=PNG_LEVEL)
     return buf.getvalue()
 
 
 def _use(writer: str) -> None:
     rows, file = OURS if writer == "ours" else (_pil_rows, _pil_file)
-    image_module._png_scanlines, image_module._png_file = rows, file
+    image_module.png_scanlines, image_module.png_file = rows, file
 
 
 def _cpu() -> float:

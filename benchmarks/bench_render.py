@@ -146,7 +146,7 @@ def time_stages(repeats: int, n: int = 50) -> dict:
     from PIL import Image
 
     from curi.renderers.base import pack_records, to_uint8
-    from curi.renderers.image import PNG_LEVEL, _png_file, _png_scanlines, save_png
+    from curi.renderers.png import PNG_LEVEL, png_file, png_scanlines, save_png
     from curi.renderers.rerender import _keep_freed_memory, _save_npz
 
     torch.set_num_threads(1)
@@ -172,7 +172,7 @@ def time_stages(repeats: int, n: int = 50) -> dict:
         return out
 
     def ours():
-        return [_png_file(r, 3) for r in _png_scanlines(hwc)]
+        return [png_file(r, 3) for r in png_scanlines(hwc)]
 
     def before_ray_casting():  # float images, quantised as a whole (the export before)
         with torch.inference_mode():

@@ -16,7 +16,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from curi.atomic import atomic_path, write_text
-from curi.renderers.image import ImageRenderer, save_png
+from curi.renderers.image import ImageRenderer
+from curi.renderers.png import save_png
 from curi.renderers.sound import SoundRenderer, save_wav, spectrogram
 
 __all__ = ["POSITIVE_RGB", "NEGATIVE_RGB", "draw_sheet", "sheet_size", "write_episode_page"]

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from curi.atomic import atomic_path, write_text
-from curi.renderers.image import ImageRenderer, save_png
+from curi.renderers.image import ImageRenderer
+from curi.renderers.png import save_png
 from curi.renderers.sound import INSTRUMENTS, SCALE_MIDI, SoundRenderer, save_wav, spectrogram
 
 __all__ = ["write_scene_page"]

@@ -18,7 +18,8 @@ from curi.errors import CuriError
 from curi.export import EpisodeFileError, export_episodes
 from curi.export_parts import staging_folder
 from curi.renderers import get_renderer
-from curi.renderers.image import ImageRenderer, save_png
+from curi.renderers.image import ImageRenderer
+from curi.renderers.png import save_png
 from curi.renderers.rerender import render_episode_file
 from curi.renderers.schema import encode
 from curi.renderers.sheet import (

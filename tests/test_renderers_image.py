@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from curi.renderers.base import make_object
-from curi.renderers.image import ImageRenderer, render_images, save_png
+from curi.renderers.image import ImageRenderer, render_images
+from curi.renderers.png import save_png
 from curi.scenes import COLOR_RGB, COLORS, Camera, sample_scenes
 
 
@@ -165,7 +166,7 @@ def test_png_writer_is_lossless_for_every_channel_count(tmp_path, shape):
 
     from PIL import Image
 
-    from curi.renderers.image import png_bytes
+    from curi.renderers.png import png_bytes
 
     im = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     data = png_bytes(im)
