@@ -3,7 +3,9 @@ primary config is `<subcommand>.yaml` of the installed configuration package (`p
 the repository's `conf/`); subcommands are found through the `curi.commands` entry points, so
 the core never imports the layers above it. The primary config is also the command's schema
 (`curi.options`): overrides and the composed config are checked against it, and `--help` is
-written from its comments."""
+written from its comments. Every job's config is composed (`curi.compose_cli`) and checked,
+with the command's own check (`curi.validate.checked`), before Hydra makes a run folder and
+before the command imports torch or opens a bank: a refused command leaves nothing behind."""
 
 from __future__ import annotations
 

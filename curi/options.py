@@ -482,7 +482,8 @@ def help_text(opts: Options, command: str, choices: dict[str, str] | None = None
         "",
         "Override any option with key=value (a group's keys with group.key=value); an "
         "unknown key or a value of the wrong type is refused.",
-        "Hydra's own flags: --hydra-help.",
+        "Hydra's own flags: --hydra-help. Progress bars are drawn on a terminal only, never "
+        "into a log or a pipe.",
     ]
     if opts.help.get("footer"):
         lines += ["", str(opts.help["footer"])]

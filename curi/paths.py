@@ -5,8 +5,9 @@ for. Without it ``data_dir / name`` follows ``..``, absolute names and symlinks:
 (docs/reliability.md, "paths").
 
 Paths the user gives explicitly (``data_dir=``, ``output_dir=``, ``curi episodes out=FILE``,
-``checkpoint=``) are the user's choice and are not checked here; only a *name* that a config
-places under such a folder is."""
+``checkpoint=``) are the user's choice: where they may lead is not checked here, only a *name*
+that a config places under such a folder is; whether a command can use them (a folder, not a
+file; writable; names that fit) is checked before its work (`output_path`, `as_folder`)."""
 
 from __future__ import annotations
 
@@ -198,7 +199,7 @@ def as_folder(path: object, what: str, error: type[CuriError] = ConfigError) -> 
     there = next((q for q in (p, *p.parents) if _exists(q)), Path("."))
     if not there.is_dir():
         where = "" if there == p else f" (under {there})"
-        kind = "a file" if there.is_file() else "not a regular file"
+        kind = "a file" if there.is_file() else _kind(os.stat(there).st_mode)
         raise error(f"{what} {str(p)!r} is {kind}{where}, not a folder; give a folder")
     return p
 
