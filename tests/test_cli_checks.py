@@ -354,7 +354,7 @@ REFUSALS = [
     (["difficulty", "splits=[boolean,none.json]"], "split file"),
     (["episodes", "render"], "in= is required"),
     (["episodes", "render", "in=none.jsonl", "out=o"], "episode file not found at none.jsonl"),
-    (["episodes", "render", "in=fifo.jsonl", "out=o"], "episode file "),
+    (["episodes", "render", "in=fifo.jsonl", "out=o"], "'fifo.jsonl' is a FIFO, not a"),
     (["episodes", "n=0"], "n must be an integer"),
     (["episodes", "jobs=2", "hydra/launcher=submitit_slurm"], "hydra/launcher=submitit_slurm"),
     (["baselines", "hydra/launcher=submitit_slurm"], "hydra/launcher=submitit_slurm needs a"),
@@ -514,6 +514,19 @@ def test_a_misspelt_command_is_one_line_with_the_closest(capsys):
             main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and says in err[0], err
+
+
+def test_known_presets_are_listed_as_words_not_a_python_list():
+    """`curi gap splits=[nosuch]` said "known: ['adversarial_ext', 'binding_color', ...]"."""
+    from curi.errors import ConfigError
+    from curi.presets import list_presets, load_preset
+
+    with pytest.raises(ConfigError) as e:
+        load_preset("split", "countng")
+    assert str(e.value) == (
+        "unknown split 'countng' (did you mean 'counting'?); known: "
+        + ", ".join(list_presets("split"))
+    )
 
 
 def test_an_unknown_key_of_a_group_is_one_line_with_its_keys(tmp_path, capsys, monkeypatch):
