@@ -6,6 +6,8 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
+from curi.lazy import lazy_names
+
 # The public names, each imported from its module on first use (PEP 562), so that `curi
 # --help`, which imports this package, does not pay for numpy, scipy and the whole core.
 _EXPORTS = {
@@ -21,28 +23,7 @@ _EXPORTS = {
     "curi.splits": ["Split", "list_splits", "make_split"],
     "curi.tasks": ["RuleTaskSampler"],
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str):
-    import importlib
-
-    module = _MODULE_OF.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-    else:  # a submodule (`curi.splits` after a bare `import curi`), as an eager import gave
-        try:
-            value = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # the same names, for type checkers and editors

@@ -280,6 +280,14 @@ def exclusive(path: str | Path, *, what: str, error: type[Exception]) -> Iterato
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
+def _lock_error(lock: Path, what: str, e: OSError) -> str:
+    """Why the lock file could not be opened: a folder that is not writable (nothing to
+    remove), or a lock file that is in the way."""
+    if not os.path.lexists(lock) and not os.access(lock.parent, os.W_OK | os.X_OK):
+        return f"{what}: the folder {lock.parent} is not writable ({e.strerror}); write elsewhere"
+    return f"{what}: cannot open its lock file {lock}: {e.strerror}; remove it"
+
+
 def _lock(lock: Path, what: str, error: type[Exception]) -> int:
     """An open descriptor of the file `lock`, locked, once it is still the file at that path
     (the holder before may have removed it after this process opened it)."""
@@ -287,9 +295,7 @@ def _lock(lock: Path, what: str, error: type[Exception]) -> int:
         try:
             fd = os.open(lock, _LOCK_FLAGS, 0o644)
         except OSError as e:
-            raise error(
-                f"{what}: cannot open its lock file {lock}: {e.strerror}; remove it"
-            ) from None
+            raise error(_lock_error(lock, what, e)) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

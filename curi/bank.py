@@ -48,7 +48,7 @@ from curi.errors import BankError, BankMismatchError, ConfigError, CuriError, kn
 from curi.executor import LOCATION_BINS, BitScenes, execute
 from curi.grammar import sample_concepts
 from curi.machine import available_cores
-from curi.paths import inside, safe_name
+from curi.paths import as_folder, inside, safe_name
 from curi.presets import load_preset
 from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
@@ -56,7 +56,16 @@ from curi.rng import derive_rng
 from curi.scenes import LAYOUTS, NUM_BINS, Camera, Scenes, sample_scenes
 from curi.validate import MAX_SEED
 
-__all__ = ["BankConfig", "ConceptBank", "build_bank", "load_bank", "default_data_dir", "open_bank"]
+__all__ = [
+    "BankConfig",
+    "ConceptBank",
+    "build_bank",
+    "check_bank",
+    "data_root",
+    "load_bank",
+    "default_data_dir",
+    "open_bank",
+]
 
 log = logging.getLogger(__name__)
 _SCENE_FILES = ("n_objects", "props", "position", "rotation", "pixel")
@@ -204,6 +213,17 @@ def default_data_dir() -> Path:
         return Path(os.environ["CURI_DATA_DIR"]).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "curi"
+
+
+def data_root(data_dir: str | Path | None) -> Path:
+    """The data folder `data_dir` names (None: `default_data_dir()`).
+
+    Raises:
+        BankError: an empty name (the working directory) or a file where the folder goes.
+    """
+    if data_dir is None:
+        return default_data_dir()
+    return as_folder(data_dir, "data_dir", BankError)
 
 
 # --- execution across processes ------------------------------------------------------------
@@ -399,7 +419,7 @@ def _reuse(final: Path, cfg: BankConfig, *, force: bool) -> bool:
             return False
         diff = sorted(k for k, v in cfg.identity().items() if bank.config.get(k) != v)
         raise BankMismatchError(final, diff)
-    log.info("bank %s already built; reusing it", final)
+    log.debug("bank %s already built; reusing it", final)
     return True
 
 
@@ -438,7 +458,7 @@ def build_bank(
     elif not isinstance(cfg, BankConfig):
         cfg = BankConfig.from_mapping(cfg)
     cfg.check()
-    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    root = data_root(data_dir)
     final = inside(root, cfg.name, what="bank name")  # cfg.check: a plain name
     final.parent.mkdir(parents=True, exist_ok=True)
     before = _stamp(final)
@@ -749,16 +769,36 @@ def open_bank(
         BankError: the bank is missing and may not be built here, or a different bank occupies
             the folder (and not `force`).
     """
+    cfg = check_bank(bank, data_dir, force=force, build=build)
+    return load_bank(build_bank(cfg, data_dir, progress=progress, force=force), verify=False)
+
+
+def check_bank(
+    bank: BankConfig | Mapping | str,
+    data_dir: str | Path | None = None,
+    *,
+    force: bool = False,
+    build: bool | None = None,
+) -> BankConfig:
+    """The config of the bank `open_bank` would open with these arguments, once its options are
+    valid and the bank is there or may be built there. Cheap (no file of the bank is read), so
+    a command checks it before its heavy work.
+
+    Raises:
+        ConfigError: a bad bank option.
+        BankError: a data_dir that is empty or a file, or a missing bank that may not be built
+            there.
+    """
     if isinstance(bank, BankConfig):
         cfg = bank
     else:
         cfg = BankConfig.preset(bank) if isinstance(bank, str) else BankConfig.from_mapping(bank)
-    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    root = data_root(data_dir)
     if build is None:
         build = data_dir is None or root.absolute() == default_data_dir().absolute()
     if not (build or force) and not (root / str(cfg.name) / MANIFEST).is_file():
         raise BankError(_missing_bank(cfg, root))
-    return load_bank(build_bank(cfg, data_dir, progress=progress, force=force), verify=False)
+    return cfg
 
 
 def _missing_bank(cfg: BankConfig, root: Path) -> str:

@@ -3,7 +3,9 @@ primary config is `<subcommand>.yaml` of the installed configuration package (`p
 the repository's `conf/`); subcommands are found through the `curi.commands` entry points, so
 the core never imports the layers above it. The primary config is also the command's schema
 (`curi.options`): overrides and the composed config are checked against it, and `--help` is
-written from its comments."""
+written from its comments. Every job's config is composed (`curi.compose_cli`) and checked,
+with the command's own check (`curi.validate.checked`), before Hydra makes a run folder and
+before the command imports torch or opens a bank: a refused command leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from curi.errors import ConfigError, CuriError, SplitError
+from curi.errors import ConfigError, CuriError, SplitError, did_you_mean
 from curi.options import (
     Options,
     check_config,
@@ -26,7 +28,7 @@ from curi.options import (
     load_options,
     summary,
 )
-from curi.paths import regular_file
+from curi.paths import as_folder, output_path, regular_file
 from curi.presets import CONF_PACKAGE, conf_dir
 
 __all__ = ["main"]
@@ -195,23 +197,53 @@ def _run_dir(rest: list[str], opts: Options) -> list[str]:
     return []
 
 
+def _prepare(cfg, fn, opts: Options, output_dir_given: bool) -> None:
+    """Check a job's composed config (`cfg`, without its hydra node, while `HydraConfig`
+    holds that node) against the command's schema, its data folder and the command's own
+    check (`curi.validate.checked`); a value made a one-item list is written back, a sweep
+    job's output_dir becomes its own folder, and progress bars are drawn on a terminal only
+    (never into a log)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from curi.compose_cli import resolved
+
+    plain = resolved(cfg)
+    checked = check_config(plain, opts)
+    raw = OmegaConf.to_container(cfg, resolve=False)  # a resolved value is not re-read
+    with open_dict(cfg):
+        for key, value in checked.items():
+            if value != plain[key]:  # a value made a one-item list
+                cfg[key] = [raw[key]] if value == [plain[key]] else value
+        if output_dir_given and "output_dir" in cfg:  # a sweep job: its own folder
+            cfg.output_dir = HydraConfig.get().runtime.output_dir
+        if "progress" in cfg and not sys.stderr.isatty():
+            cfg.progress = False
+    if plain.get("data_dir") is not None:
+        as_folder(plain["data_dir"], "data_dir")
+    check = getattr(fn, "check", None)
+    if check is not None:
+        check(cfg)
+
+
+def _precheck(config_name: str, overrides: list[str], fn, opts: Options, given: bool) -> None:
+    """Check every job's config and the run folder Hydra would make for it (one that
+    cannot be written is refused), before Hydra makes any."""
+    from curi.compose_cli import job_configs, run_folder
+
+    for cfg in job_configs(config_name, overrides):
+        folder = run_folder()
+        if folder is not None:
+            output_path(folder, folder=True, key="output_dir")
+        _prepare(cfg, fn, opts, given)
+
+
 def _task(name: str, fn, opts: Options, output_dir_given: bool):
-    """The Hydra task: check the composed config against the command's schema, then run."""
+    """The Hydra task: check the composed config (again: Hydra composed it anew), then run."""
 
     def task(cfg) -> None:
-        from hydra.core.hydra_config import HydraConfig
-        from omegaconf import OmegaConf, open_dict
-
         try:
-            plain = OmegaConf.to_container(cfg, resolve=True)
-            checked = check_config(plain, opts)
-            raw = OmegaConf.to_container(cfg, resolve=False)  # a resolved value is not re-read
-            with open_dict(cfg):
-                for key, value in checked.items():
-                    if value != plain[key]:  # a value made a one-item list
-                        cfg[key] = [raw[key]] if value == [plain[key]] else value
-                if output_dir_given and "output_dir" in cfg:  # a sweep job: its own folder
-                    cfg.output_dir = HydraConfig.get().runtime.output_dir
+            _prepare(cfg, fn, opts, output_dir_given)
             fn(cfg)
         except CuriError as e:
             _fail(name, e)
@@ -224,6 +256,32 @@ def _task(name: str, fn, opts: Options, output_dir_given: bool):
     return task
 
 
+def _command(argv: list[str], commands: dict) -> tuple[str, list[str]]:
+    """The command named by `argv` (``episodes render`` is ``episodes.render``) and its
+    arguments; an unknown one ends the program in one line with the closest name."""
+    name, rest = argv[0], argv[1:]
+    subcommands = [c.split(".", 1)[1] for c in commands if c.startswith(f"{name}.")]
+    if rest and rest[0] in subcommands:  # nested: `curi episodes render ...`
+        return f"{name}.{rest[0]}", rest[1:]
+    if name in commands and not (subcommands and rest and _is_word(rest[0])):
+        return name, rest
+    if name in commands:  # `curi lm exprot`
+        name, known = f"{name} {rest[0]}", [f"{name} {c}" for c in subcommands]
+    else:
+        known = sorted({c.split(".", 1)[0] for c in commands})
+    print(
+        f"curi: error: unknown command {name!r}{did_you_mean(name, known)}; commands: "
+        f"{', '.join(known)} (`curi --help` describes them)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
+
+def _is_word(text: str) -> bool:
+    """Whether `text` is a bare word (a subcommand's place), not an override or a flag."""
+    return not text.startswith(("-", "+", "~")) and "=" not in text
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `curi` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -234,12 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv[0] in ("-V", "--version"):
         print(_version())
         return
-    name, rest = argv[0], argv[1:]
-    if rest and f"{name}.{rest[0]}" in commands:  # nested: `curi episodes render ...`
-        name, rest = f"{name}.{rest[0]}", rest[1:]
-    if name not in commands:
-        print(f"curi: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
-        sys.exit(2)
+    name, rest = _command(argv, commands)
     config_name = name.replace(".", "_")  # `episodes.render` -> episodes_render.yaml
     try:
         conf_dir()  # a broken install fails here with one message, not inside Hydra
@@ -253,17 +306,21 @@ def main(argv: list[str] | None = None) -> None:
         _check_jobs(name, rest)
         given = _value_of(rest, "output_dir") not in (None, "null")
         rest = _group_values(rest, opts)
+        fn = commands[name].load()  # the command's module imports no torch: its check runs first
+        # the job name names the run's log file (<command>.log beside .hydra/)
+        rest = [*rest, *_run_dir(rest, opts), f"hydra.job.name={config_name}"]
+        from curi.compose_cli import composable
+
+        if composable(rest):
+            _precheck(config_name, rest, fn, opts, given)
     except CuriError as e:
         _fail(name, e)
-    fn = commands[name].load()  # after the checks: a layer's imports (torch) take seconds
     import hydra
 
-    rest = [*rest, *_run_dir(rest, opts)]
     app = hydra.main(
         config_path=f"pkg://{CONF_PACKAGE}", config_name=config_name, version_base="1.3"
     )(_task(name, fn, opts, given))
-    # the job name names the run's log file (<command>.log beside .hydra/)
-    sys.argv = [f"curi {name.replace('.', ' ')}", *rest, f"hydra.job.name={config_name}"]
+    sys.argv = [f"curi {name.replace('.', ' ')}", *rest]
     app()
 
 

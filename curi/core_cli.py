@@ -1,6 +1,7 @@
 """The core's commands (`curi bank`, `curi split`, `curi episodes`): a composed Hydra config
-turned into plain library calls; and the config helpers every layer's CLI uses to open the
-command's bank (`curi.bank.open_bank`) and make its split (`curi.splits.make_split`)."""
+turned into plain library calls; and the config helpers every layer's CLI uses to check and
+open the command's bank (`curi.bank.check_bank`, `curi.bank.open_bank`) and make its split
+(`curi.splits.make_split`)."""
 
 from __future__ import annotations
 
@@ -10,31 +11,57 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.bank import ConceptBank, open_bank
+from curi import validate
+from curi.bank import ConceptBank, check_bank, open_bank
+from curi.errors import ConfigError
+from curi.paths import output_path
 
 __all__ = [
     "bank",
     "split",
     "episodes",
+    "check_bank_of",
     "job_launcher",
     "open_bank_from_config",
+    "required",
     "split_from_config",
 ]
 
 log = logging.getLogger("curi")
 
 
+def _bank_args(cfg: DictConfig, build: bool | None) -> tuple[dict, dict]:
+    """The bank and the keyword arguments `check_bank` and `open_bank` take from a command's
+    config (``bank`` group, ``data_dir`` and the optional ``force`` and ``build``)."""
+    want = cfg.get("build") if build is None else build
+    bank = OmegaConf.to_container(cfg.bank, resolve=True)
+    kw = {"force": bool(cfg.get("force", False)), "build": True if want else None}
+    return bank, kw
+
+
+def check_bank_of(cfg: DictConfig, *, build: bool | None = None) -> None:
+    """Refuse the bank of a command's config before any work: a bad option, or a bank that
+    is missing where it may not be built (`curi.bank.check_bank`; `build` as in
+    `open_bank_from_config`)."""
+    bank, kw = _bank_args(cfg, build)
+    check_bank(bank, cfg.data_dir, **kw)
+
+
 def open_bank_from_config(cfg: DictConfig, *, build: bool | None = None) -> ConceptBank:
     """The bank of a command's config (``bank`` group, ``data_dir``, ``progress`` and the
     optional ``force`` and ``build``; see `curi.bank.open_bank`)."""
-    want = cfg.get("build") if build is None else build
-    return open_bank(
-        OmegaConf.to_container(cfg.bank, resolve=True),
-        cfg.data_dir,
-        progress=cfg.progress,
-        force=bool(cfg.get("force", False)),
-        build=True if want else None,
-    )
+    bank, kw = _bank_args(cfg, build)
+    return open_bank(bank, cfg.data_dir, progress=cfg.progress, **kw)
+
+
+def required(cfg: DictConfig, key: str, what: str, example: str) -> None:
+    """Refuse a command's config where `key` is missing (``???``) or empty.
+
+    Raises:
+        ConfigError: ``key= is required: what (`example`)``.
+    """
+    if OmegaConf.is_missing(cfg, key) or cfg[key] in (None, ""):
+        raise ConfigError(f"{key}= is required: {what} (`{example}`)")
 
 
 def split_from_config(bank: ConceptBank, cfg: DictConfig):
@@ -74,6 +101,11 @@ def job_launcher(folder, *, threads: int | None = None, wait: bool = True):
     return Launcher(name, options, folder=Path(folder), threads=threads, wait=wait)
 
 
+def _check_bank(cfg: DictConfig) -> None:
+    check_bank_of(cfg, build=True)
+
+
+@validate.checked(_check_bank)
 def bank(cfg: DictConfig) -> None:
     """Build a concept bank (scenes, concepts, truth matrix, eval set) under data_dir."""
     b = open_bank_from_config(cfg, build=True)
@@ -81,6 +113,13 @@ def bank(cfg: DictConfig) -> None:
     print(json.dumps({"path": str(b.path), **b.manifest["counts"]}, indent=2))
 
 
+def _check_split(cfg: DictConfig) -> None:
+    check_bank_of(cfg)
+    if cfg.get("save"):
+        output_path(cfg.save, folder=False, key="save")
+
+
+@validate.checked(_check_split)
 def split(cfg: DictConfig) -> None:
     """Split the bank's concepts; print the sizes and the checks (and save the split with
     ``save=FILE.json``)."""
@@ -107,22 +146,35 @@ def split(cfg: DictConfig) -> None:
     print(json.dumps(report, indent=2))
 
 
+def _check_episodes(cfg: DictConfig) -> None:
+    from curi.export import (
+        check_export_options,
+        check_export_path,
+        check_media,
+        check_render_options,
+    )
+    from curi.export_parts import check_jobs, check_staging
+
+    check_export_options(cfg.n, cfg.shard_size, cfg.seed)
+    out = check_export_path(cfg.out)
+    check_render_options(cfg.workers, cfg.threads)
+    if cfg.media is not None:
+        check_media(cfg.media, cfg.out)
+    if check_jobs(cfg.get("jobs", 1)) > 1:
+        job_launcher(check_staging(out))
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_episodes)
 def episodes(cfg: DictConfig) -> None:
     """Export episodes with scene records (JSON lines, parquet or WebDataset tar shards,
     optionally with each scene's rendered file: ``media=image|sound``) and a dataset card;
     with ``jobs=N`` written by N jobs where ``hydra/launcher=NAME`` says (docs/cluster.md)."""
     import dataclasses
 
-    from curi.export import (
-        check_export_options,
-        check_export_path,
-        check_render_options,
-        export_episodes,
-        get_media,
-    )
+    from curi.export import check_export_path, check_render_options, export_episodes, get_media
     from curi.export_parts import check_jobs, check_staging
 
-    check_export_options(cfg.n, cfg.shard_size, cfg.seed)  # before building a bank
     out_path = check_export_path(cfg.out)
     workers, threads = check_render_options(cfg.workers, cfg.threads)
     jobs = check_jobs(cfg.get("jobs", 1))

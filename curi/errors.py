@@ -2,7 +2,8 @@
 says what to fix."""
 
 import dataclasses
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "CuriError",
@@ -13,6 +14,7 @@ __all__ = [
     "ConfigError",
     "PredictionsError",
     "TextFormatError",
+    "did_you_mean",
     "known_options",
 ]
 
@@ -59,6 +61,14 @@ class PredictionsError(CuriError, ValueError):
 class TextFormatError(CuriError, ValueError):
     """Text that is not in the format `curi.renderers.text.TextRenderer` writes (names the
     line)."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the one of `known` closest to `name`, or "" when none
+    is close: the one suggestion of every message about an unknown name (a command, an
+    option, a preset)."""
+    near = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def known_options(cls, cfg: Mapping, what: str, error: type[CuriError] = ConfigError) -> dict:

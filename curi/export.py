@@ -21,6 +21,7 @@ import gzip
 import io
 import itertools
 import json
+import os
 import re
 import tarfile
 import zlib
@@ -45,7 +46,7 @@ from curi.export_parts import (
     staging_folder,
     write_items,
 )
-from curi.paths import read_text
+from curi.paths import output_path, read_text, regular_file
 from curi.splits import Split
 
 __all__ = [
@@ -55,8 +56,10 @@ __all__ = [
     "MEDIA_GROUP",
     "Media",
     "parquet_schema",
+    "check_episode_file",
     "check_export_options",
     "check_export_path",
+    "check_media",
     "check_render_options",
     "count_episodes",
     "export_episodes",
@@ -116,16 +119,27 @@ def get_media(name: str, out: str | Path | None = None) -> Media:
     Raises:
         ConfigError: an unknown name, or an `out` that cannot hold files (JSON lines).
     """
+    found = check_media(name, out)
+    try:
+        return found.load()(name)
+    except ValueError as e:  # the renderer refuses (e.g. its options)
+        raise ConfigError(f"media={name}: {e}") from None
+
+
+def check_media(name: str, out: str | Path | None = None):
+    """The entry point of the rendered files `name`, once `out` can hold them; cheap (the
+    renderers are not imported), so `curi episodes` checks it before its work.
+
+    Raises:
+        ConfigError: an unknown name, or an `out` that cannot hold files (JSON lines).
+    """
     found = {ep.name: ep for ep in entry_points(group=MEDIA_GROUP)}
     if not isinstance(name, str) or name not in found:
         valid = ", ".join(sorted(found)) or "none installed (reinstall curi)"
         raise ConfigError(f"media={name!r} is not a kind of rendered file; valid: {valid}, or null")
     if out is not None and _kind(Path(out)) == "lines":
         raise ConfigError(_NO_FILES_IN_LINES.format(name=Path(out).name))
-    try:
-        return found[name].load()(name)
-    except ValueError as e:  # the renderer refuses (e.g. its options)
-        raise ConfigError(f"media={name}: {e}") from None
+    return found[name]
 
 
 # --- file names ------------------------------------------------------------------------------
@@ -420,7 +434,7 @@ def check_export_path(out) -> Path:
     folder = next((p for p in path.parents if p.exists()), None)
     if folder is not None and not folder.is_dir():
         raise ConfigError(f"out={out}: {folder} is not a folder; give a path in a folder")
-    return path
+    return output_path(path, folder=False)  # a folder that is not writable, a name too long
 
 
 def check_render_options(workers, threads) -> tuple[int | None, int | None]:
@@ -835,6 +849,8 @@ def _plan(path: Path) -> list[_Part]:
         parts = [_Part(path.parent / f["name"], f, card) for f in meta["files"]]
     else:
         if not path.is_file():
+            if os.path.lexists(path):  # a FIFO, a folder ...: say what is there
+                regular_file(path, "episode file", EpisodeFileError)
             raise EpisodeFileError(
                 f"episode file not found at {path}; export one with "
                 "`curi episodes split=... subset=test n=... out=FILE`"
@@ -980,6 +996,17 @@ def _check_index(path: Path, where: str, ep: dict, position: int) -> None:
             f"{path} {where}: episode index {index!r} where {position} belongs (an export holds "
             f"episodes 0..n-1 in order: one is repeated, missing or moved); {_AGAIN}"
         )
+
+
+def check_episode_file(path: str | Path) -> None:
+    """Refuse what `read_episode_file` would refuse before reading an episode: a name of no
+    known format, nothing there (or not a regular file), shards that do not match their
+    card. Cheap (no file is read but the card), so `curi episodes render` checks it first.
+
+    Raises:
+        EpisodeFileError: naming the file and what is wrong.
+    """
+    _plan(_unbrace(Path(path)))
 
 
 def count_episodes(path: str | Path, limit: int | None = None) -> int | None:

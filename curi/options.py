@@ -7,16 +7,17 @@ an enumerated option come from the library's own table (`choices`)."""
 
 from __future__ import annotations
 
-import difflib
+import importlib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 import yaml
 
-from curi.errors import ConfigError
+from curi.errors import ConfigError, did_you_mean
 from curi.presets import conf_dir, list_presets
 
 __all__ = [
@@ -26,13 +27,14 @@ __all__ = [
     "check_override_keys",
     "check_group_values",
     "choices",
+    "describe",
     "is_split_file",
     "help_text",
     "summary",
 ]
 
 _KEY = re.compile(r"^(\s*)([A-Za-z_][\w@.-]*)\s*:(\s|$)(.*)$")
-_SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.\s+")  # not after "e.g." or "i.e."
+_SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)(?<!\bal)\.\s+")  # not after e.g., i.e., et al.
 
 
 @dataclass
@@ -159,9 +161,7 @@ def summary(config_name: str) -> str:
 # --- checking ------------------------------------------------------------------------------
 def _unknown(key: str, valid) -> ConfigError:
     valid = sorted(valid)
-    leaf = key.rsplit(".", 1)[-1]
-    near = difflib.get_close_matches(leaf, [v.rsplit(".", 1)[-1] for v in valid], n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    hint = did_you_mean(key.rsplit(".", 1)[-1], [v.rsplit(".", 1)[-1] for v in valid])
     return ConfigError(f"unknown option {key!r}{hint}; valid: {', '.join(valid)}")
 
 
@@ -178,40 +178,48 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _attr(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
+
+# Dotted option -> where its values are declared (the library's own tables), each imported only
+# when an option of that name is checked. threshold: the names of
+# oracles.difficulty_auc.auc_table, a layer the core does not import.
+_PRED = "curi.predictors"
+_CHOICES: dict[str, Callable[[], tuple]] = {
+    "prior": lambda: _attr("curi.posterior", "PRIORS"),
+    "likelihood": lambda: _attr("curi.posterior", "LIKELIHOODS"),
+    "negatives": lambda: _attr("curi.episodes", "NEGATIVES"),
+    "query_negatives": lambda: _attr("curi.episodes", "QUERY_NEGATIVES"),
+    "negative_sampler": lambda: _attr("curi.episodes", "NEGATIVE_SAMPLERS"),
+    "subset": lambda: _attr("curi.splits.base", "SUBSETS"),
+    "hypotheses": lambda: _attr("curi.tasks.sampler", "HYPOTHESES"),
+    "kinds": lambda: _attr("curi.tasks.replies", "RULE_KINDS"),
+    "mcd.compounds": lambda: _attr("curi.compounds", "COMPOUND_KINDS"),
+    "media": lambda: tuple(_attr("curi.export", "list_media")()),
+    "predictors": lambda: tuple(
+        v for table in ("PREDICTORS", "COMBINED", "EXTENSIONS") for v in _attr(_PRED, table)
+    ),
+    "threshold": lambda: ("median", "pooled_median", float),
+}
+
+
 @cache
+def _choices_of(key: str) -> tuple | None:
+    source = _CHOICES.get(key)
+    return None if source is None else tuple(source())
+
+
 def choices() -> dict[str, tuple]:
     """Dotted option -> the values it takes (each item's, for a list; null too where that is
     the default; the type ``float`` stands for any number), for every command with that
     option: the library's own tables, so that a misspelt value is refused before a bank opens
     rather than in a worker or after the work."""
-    from curi.compounds import COMPOUND_KINDS
-    from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, QUERY_NEGATIVES
-    from curi.export import list_media
-    from curi.posterior import LIKELIHOODS, PRIORS
-    from curi.predictors import COMBINED, EXTENSIONS, PREDICTORS
-    from curi.splits.base import SUBSETS
-    from curi.tasks.replies import RULE_KINDS
-    from curi.tasks.sampler import HYPOTHESES
-
-    # threshold: the names of oracles.difficulty_auc.auc_table, a layer the core does not import
-    return {
-        "prior": PRIORS,
-        "likelihood": LIKELIHOODS,
-        "negatives": NEGATIVES,
-        "query_negatives": QUERY_NEGATIVES,
-        "negative_sampler": NEGATIVE_SAMPLERS,
-        "subset": SUBSETS,
-        "hypotheses": HYPOTHESES,
-        "kinds": RULE_KINDS,
-        "mcd.compounds": COMPOUND_KINDS,
-        "media": tuple(list_media()),
-        "predictors": (*PREDICTORS, *COMBINED, *EXTENSIONS),
-        "threshold": ("median", "pooled_median", float),
-    }
+    return {key: _choices_of(key) for key in _CHOICES}
 
 
 def _check_choice(key: str, default, value) -> None:
-    valid = choices().get(key)
+    valid = _choices_of(key)
     if valid is None or (value is None and default is None):
         return
     names = [v for v in valid if not isinstance(v, type)]
@@ -300,6 +308,8 @@ def check_override_keys(overrides: list[str], opts: Options) -> None:
             continue
         head, *rest = key.split(".")
         if head in opts.groups:
+            if rest and not text.startswith(("+", "~")):
+                _check_group_key(head, rest, opts.groups[head][0], _chosen(head, overrides, opts))
             continue
         if head in groups and head not in opts.defaults:
             raise ConfigError(
@@ -313,6 +323,37 @@ def check_override_keys(overrides: list[str], opts: Options) -> None:
             if part not in node:
                 raise _unknown(prefix + part, _valid_keys(opts, prefix, node))
             node, prefix = node[part], f"{prefix}{part}."
+
+
+def _chosen(package: str, overrides: list[str], opts: Options) -> str | None:
+    """The preset of config group `package` that the command line chooses (its default when
+    none is given)."""
+    value = opts.groups[package][1]
+    for text in overrides:
+        key, eq, given = text.lstrip("+").partition("=")
+        if eq and key == package:
+            value = given
+    return value
+
+
+def _check_group_key(package: str, parts: list[str], group: str, preset: str | None) -> None:
+    """Refuse ``package.key=value`` where the chosen preset has no such key: Hydra would end
+    in a six-line block ("Could not override ... not in struct"). A key of an inline config,
+    of a split file or of a sweep over presets is left to Hydra.
+
+    Raises:
+        ConfigError: naming the key and the preset's keys.
+    """
+    if preset not in list_presets(group):
+        return
+    node, prefix = _option(group, preset)[0], f"{package}."
+    for part in parts:
+        if not isinstance(node, dict) or not node:
+            return  # below a value or a free-form mapping
+        if part not in node:
+            error = _unknown(prefix + part, [prefix + k for k in node])
+            raise ConfigError(f"{error} (+{prefix}{part}=VALUE adds a key the preset lacks)")
+        node, prefix = node[part], f"{prefix}{part}."
 
 
 def is_split_file(value: str) -> bool:
@@ -340,8 +381,7 @@ def check_group_values(overrides: list[str], opts: Options) -> None:
         for item in value.split(","):
             if item in known or item == "null" or group == "split" and is_split_file(item):
                 continue
-            near = difflib.get_close_matches(item, known, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            hint = did_you_mean(item, known)
             what = key if key == group else f"{key} (a {group})"
             more = ", or a saved split file FILE.json" if group == "split" else ""
             raise ConfigError(f"unknown {what} {item!r}{hint}; valid: {', '.join(known)}{more}")
@@ -384,14 +424,19 @@ def _rows(items, comments: dict[str, str], lookup_prefix: str = "") -> list[str]
     return lines
 
 
-def _describe(group: str, option: str) -> str:
+def describe(group: str, option: str) -> str:
+    """The first sentence of the comment that opens a group option's file (its lines joined:
+    a sentence often runs over several), for ``--help``."""
     path = conf_dir() / group / f"{option}.yaml"
+    lines = []
     for line in path.read_text().splitlines():
         if not line.startswith("#"):
-            return ""
+            break
         if not line.startswith("# @package"):
-            return line.lstrip("#").strip()  # its first line
-    return ""
+            lines.append(line.lstrip("#").strip())
+    text = " ".join(" ".join(lines).split())
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    return first if first == text or first.endswith(".") else first + "."
 
 
 def _option(group: str, name: str) -> tuple[dict, dict[str, str]]:
@@ -428,7 +473,7 @@ def help_text(opts: Options, command: str, choices: dict[str, str] | None = None
         names = list_presets(group)
         lines += ["", f"{package}={choice or 'null'}  (config group {group}: {', '.join(names)})"]
         width = max(map(len, names), default=0)
-        lines += [f"    {n:<{width}}  {_describe(group, n)}".rstrip() for n in names]
+        lines += [f"    {n:<{width}}  {describe(group, n)}".rstrip() for n in names]
         if choice in names:
             doc, notes = _option(group, choice)
             items = [(f"{package}.{k}", v) for k, v in _flatten(doc)]
@@ -437,7 +482,8 @@ def help_text(opts: Options, command: str, choices: dict[str, str] | None = None
         "",
         "Override any option with key=value (a group's keys with group.key=value); an "
         "unknown key or a value of the wrong type is refused.",
-        "Hydra's own flags: --hydra-help.",
+        "Hydra's own flags: --hydra-help. Progress bars are drawn on a terminal only, never "
+        "into a log or a pipe.",
     ]
     if opts.help.get("footer"):
         lines += ["", str(opts.help["footer"])]

@@ -5,8 +5,9 @@ for. Without it ``data_dir / name`` follows ``..``, absolute names and symlinks:
 (docs/reliability.md, "paths").
 
 Paths the user gives explicitly (``data_dir=``, ``output_dir=``, ``curi episodes out=FILE``,
-``checkpoint=``) are the user's choice and are not checked here; only a *name* that a config
-places under such a folder is."""
+``checkpoint=``) are the user's choice: where they may lead is not checked here, only a *name*
+that a config places under such a folder is; whether a command can use them (a folder, not a
+file; writable; names that fit) is checked before its work (`output_path`, `as_folder`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from pathlib import Path
 
 from curi.errors import ConfigError, CuriError
 
-__all__ = ["inside", "open_regular", "output_path", "read_text", "regular_file", "safe_name"]
+__all__ = [
+    "as_folder",
+    "inside",
+    "open_regular",
+    "output_path",
+    "read_text",
+    "regular_file",
+    "safe_name",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # bytes a new name leaves for what curi.atomic adds beside it (".<name>.tmp-<pid>", ".lock")
@@ -176,12 +185,32 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def as_folder(path: object, what: str, error: type[CuriError] = ConfigError) -> Path:
+    """`path` as a folder to read or to make: a non-empty path (an empty one would be the
+    working directory) that is not a file, nor under one. Whether it can be written is left to
+    its user (a folder of banks may be read-only).
+
+    Raises:
+        error: naming `what` and the path.
+    """
+    if not isinstance(path, str | Path) or not str(path).strip():
+        raise error(f"{what} is empty; give a folder, or leave {what} out")
+    p = Path(path).expanduser()
+    there = next((q for q in (p, *p.parents) if _exists(q)), Path("."))
+    if not there.is_dir():
+        where = "" if there == p else f" (under {there})"
+        kind = "a file" if there.is_file() else _kind(os.stat(there).st_mode)
+        raise error(f"{what} {str(p)!r} is {kind}{where}, not a folder; give a folder")
+    return p
+
+
 def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
     """`out`, the value of option `key`, once a command can write its output there: a
     non-empty path that is not an existing file (`folder`) or folder (else), whose nearest
-    existing parent is a folder, and whose every name yet to be made fits the file system with
-    room for curi's temporary names. Cheap, so a command checks it before its work (a file in
-    place of an output folder, or a name too long, failed after it).
+    existing parent is a folder this process can write in (the folder itself, when it exists
+    and `folder`), and whose every name yet to be made fits the file system with room for
+    curi's temporary names. Cheap, so a command checks it before its work (a file in place of
+    an output folder, an unwritable folder or a name too long failed after it).
 
     Raises:
         ConfigError: naming `key`, the value and what to give instead.
@@ -194,10 +223,12 @@ def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
         if path.is_dir() != folder:
             what = "a folder" if path.is_dir() else "a file, not a folder"
             raise ConfigError(f"{key}={out} is {what}; give a {kind} to write")
+        _writable(path if folder else path.parent, key, out, kind)
         return path
     parent = next((p for p in path.parents if _exists(p)), Path("."))
     if not parent.is_dir():
         raise ConfigError(f"{key}={out}: {parent} is not a folder; give a path in a folder")
+    _writable(parent, key, out, kind)
     most = _name_max(parent) - _ROOM
     for name in path.relative_to(parent).parts:
         if len(os.fsencode(name)) > most:
@@ -206,3 +237,11 @@ def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
                 f"use at most {most} (the file system allows {most + _ROOM})"
             )
     return path
+
+
+def _writable(where: Path, key: str, out: object, kind: str) -> None:
+    """Refuse a folder this process cannot make files in."""
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{key}={out}: the folder {where} is not writable; give a {kind} where you can write"
+        )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from curi.errors import ConfigError
+from curi.errors import ConfigError, did_you_mean
 
 __all__ = ["CONF_PACKAGE", "conf_dir", "list_presets", "load_preset"]
 
@@ -36,7 +36,8 @@ def load_preset(group: str, name: str) -> dict:
 
     known = list_presets(group)
     if name not in known:  # also refuses paths: only the folder's own file names match
-        raise ConfigError(f"unknown {group} {name!r}; known: {known}")
+        hint = did_you_mean(name, known)
+        raise ConfigError(f"unknown {group} {name!r}{hint}; known: {', '.join(known)}")
     path = conf_dir() / group / f"{name}.yaml"
     try:
         cfg = yaml.safe_load(path.read_text())

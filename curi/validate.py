@@ -2,17 +2,36 @@
 the numbers and names it is given, so that an absurd value (a negative count, a zero batch, a
 non-integer seed, 10**12 episodes) ends in one `ConfigError` naming the key, the value and the
 allowed range, instead of a hang, a full disk, a traceback or silently wrong output
-(docs/reliability.md, "Config values")."""
+(docs/reliability.md, "Config values").
+
+Each command declares the cheap check of its composed config here (`checked`); `curi.cli`
+runs it before Hydra makes the run folder and before the command imports torch or opens a
+bank, so everything that can be known from the config and the file system is refused first."""
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
 
-from curi.errors import ConfigError
+from curi.errors import ConfigError, SplitError
+from curi.paths import regular_file
+from curi.presets import list_presets, load_preset
 
-__all__ = ["integer", "number", "choice", "seed", "MAX_SEED", "MAX_EPISODES"]
+__all__ = [
+    "integer",
+    "number",
+    "choice",
+    "seed",
+    "splits",
+    "checked",
+    "MAX_SEED",
+    "MAX_EPISODES",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 MAX_SEED = 2**63 - 1  # seeds are stored as int64 in manifests and checkpoints
 MAX_EPISODES = 10**8  # an episode sampler's size and an export's n (paper: at most 500,000)
@@ -86,3 +105,35 @@ def choice(value, name: str, options: Iterable):
 def seed(value, name: str = "seed") -> int:
     """A seed: an integer in [0, 2**63 - 1]."""
     return integer(value, name, low=0, high=MAX_SEED)
+
+
+def splits(value) -> None:
+    """Refuse a split (or a list of them) that names neither a preset of ``conf/split`` nor a
+    split file (``FILE.json``) that is there; an inline rule (a mapping) is left to
+    `curi.splits.make_split`, which checks its options against the rule.
+
+    Raises:
+        ConfigError: an unknown preset, naming the presets.
+        SplitError: a split file that is missing or not a regular file.
+    """
+    for item in value if isinstance(value, list | tuple) else [value]:
+        if not isinstance(item, str):
+            continue
+        if item.endswith(".json") and item not in list_presets("split"):
+            regular_file(Path(item).expanduser(), "split file", SplitError)
+        else:
+            load_preset("split", item)
+
+
+def checked(check: Callable[[Any], None]) -> Callable[[F], F]:
+    """Declare `check` the cheap check of the command it decorates: it takes the command's
+    composed config, reads only the config and the file system (no bank, no torch), raises a
+    `curi.errors.CuriError` for what the command would refuse later, and may write back a
+    value it normalises. `curi.cli` runs it on every job's config before Hydra makes a run
+    folder, and again on the config Hydra hands the command."""
+
+    def wrap(command: F) -> F:
+        command.check = check
+        return command
+
+    return wrap

@@ -12,11 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import torch
 
 from curi import validate
 from curi.atomic import remove, write_text
@@ -24,9 +23,6 @@ from curi.errors import ConfigError
 from curi.jobs import Job, Launcher, run_jobs
 from curi.models.baseline_table import baseline_table
 from curi.models.config import RunConfig, build_model, with_new_defaults
-from curi.models.data import make_renderer
-from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
-from curi.models.train import train
 from curi.paths import read_text, safe_name
 from curi.presets import list_presets, load_preset
 from curi.schema import check_shape
@@ -34,6 +30,7 @@ from curi.schema import check_shape
 __all__ = [
     "Baseline",
     "BaselineRun",
+    "check_sweep_folder",
     "collect_baselines",
     "oracle_job",
     "parse_baselines",
@@ -177,13 +174,15 @@ def plan_runs(
     embed_dim: int = 256,
     device: str = "auto",
     data_dir: str | Path | None = None,
+    models: bool = True,
 ) -> list[BaselineRun]:
-    """Every run of the sweep (configuration x split x seed) with its config checked and each
-    configuration's model built once, so a bad setting fails before the first run trains. Run
-    folders: ``<out_dir>/runs/<name>/<split>/seed<seed>``.
+    """Every run of the sweep (configuration x split x seed) with its config checked and, with
+    `models`, each configuration's model built once (torch), so a bad setting fails before the
+    first run trains. Run folders: ``<out_dir>/runs/<name>/<split>/seed<seed>``.
 
     Raises:
-        ConfigError: a bad train setting, seed, pooling or renderer option.
+        ConfigError: a bad train setting or seed; with `models`, a bad pooling or renderer
+            option.
     """
     seeds = [validate.seed(s) for s in (seeds if isinstance(seeds, Sequence) else [seeds])]
     if not seeds:
@@ -211,7 +210,10 @@ def plan_runs(
                 )
                 where = Path(out_dir) / "runs" / b.name / split / f"seed{seed}"
                 out.append(BaselineRun(b, split, seed, run, where))
-        build_model(out[-1].run, make_renderer(b.modality))  # options the model refuses
+        if models:
+            from curi.models.data import make_renderer
+
+            build_model(out[-1].run, make_renderer(b.modality))  # options the model refuses
     return out
 
 
@@ -396,6 +398,11 @@ def _train_and_test(
 ) -> dict:
     """Train a run (resuming from its last checkpoint if one is there), then test its best
     checkpoint by val mAP; writes ``eval/metrics.json`` and ``eval/concepts.parquet``."""
+    import torch
+
+    from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
+    from curi.models.train import train
+
     resumed = (r.dir / "train" / "checkpoints" / "last.pt").is_file()
     t0, c0 = time.perf_counter(), time.process_time()
     summary = train(
@@ -574,6 +581,17 @@ def run_baselines(
     return collect_baselines(out_dir)
 
 
+def check_sweep_folder(out_dir: str | Path) -> None:
+    """Refuse a folder that holds no sweep of `run_baselines` (no ``sweep.json``); cheap, so
+    `curi baselines collect` checks it first.
+
+    Raises:
+        ConfigError: naming the folder.
+    """
+    if not os.path.lexists(Path(out_dir) / "sweep.json"):  # a FIFO there: the reader says so
+        raise ConfigError(f"{out_dir} holds no baseline sweep (no sweep.json); give its output_dir")
+
+
 def collect_baselines(out_dir: str | Path) -> dict:
     """The table of a sweep rebuilt from its folders (``sweep.json``, each run's
     ``result.json``, the oracles' files): `curi.models.baseline_table.baseline_table` with
@@ -588,7 +606,7 @@ def collect_baselines(out_dir: str | Path) -> dict:
     out_dir = Path(out_dir)
     sweep = _read_file(out_dir / "sweep.json", _SWEEP, "sweep file", _RESWEEP)
     if sweep is None:
-        raise ConfigError(f"{out_dir} holds no baseline sweep (no sweep.json); give its output_dir")
+        check_sweep_folder(out_dir)
     results, incomplete = [], []
     for run in sweep["runs"]:
         d = out_dir / run["dir"]

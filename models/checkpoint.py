@@ -14,8 +14,7 @@ import shutil
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from curi.atomic import atomic_path, remove, write_text
 from curi.errors import ConfigError
@@ -27,9 +26,13 @@ __all__ = [
     "link_checkpoint",
     "load_checkpoint",
     "load_weights",
+    "checkpoint_file",
     "save_checkpoint",
     "state_digest",
 ]
+
+if TYPE_CHECKING:  # torch is imported where a checkpoint is read or written
+    import torch
 
 log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = 1
@@ -46,19 +49,31 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
         ConfigError: nothing there, not a checkpoint of this format, or weights that are not
             those saved (digest) or not finite.
     """
-    p = Path(path).expanduser()
-    if p.is_dir():
-        for name in ("best.pt", "last.pt"):
-            if (p / "checkpoints" / name).is_file():
-                p = p / "checkpoints" / name
-                break
-    if not p.is_file():
-        raise ConfigError(f"checkpoint not found at {path}; give a .pt file or a run directory")
+    p = checkpoint_file(path)
     payload = _safe_load(p)
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{p} is not a curi checkpoint (format {CHECKPOINT_FORMAT})")
     _check_weights(payload, p)
     return payload, p
+
+
+def checkpoint_file(path: str | Path, *, last: bool = False) -> Path:
+    """The checkpoint file `path` names: a file, or a run directory's ``checkpoints/best.pt``
+    (else ``last.pt``; with `last`, ``last.pt`` only). Cheap (no torch), so a command checks
+    it before its work.
+
+    Raises:
+        ConfigError: no checkpoint there.
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        for name in ("last.pt",) if last else ("best.pt", "last.pt"):
+            if (p / "checkpoints" / name).is_file():
+                p = p / "checkpoints" / name
+                break
+    if not p.is_file():
+        raise ConfigError(f"checkpoint not found at {path}; give a .pt file or a run directory")
+    return p
 
 
 def _check_weights(payload: dict, p: Path) -> None:
@@ -69,6 +84,8 @@ def _check_weights(payload: dict, p: Path) -> None:
     Raises:
         ConfigError: no weights, a digest mismatch, or weights that are not finite.
     """
+    import torch
+
     model = payload.get("model")
     if not isinstance(model, Mapping) or not all(
         isinstance(t, torch.Tensor) for t in model.values()
@@ -123,6 +140,8 @@ def _safe_load(p: Path) -> object:
     Raises:
         ConfigError: the file needs other objects, or is not a torch file at all.
     """
+    import torch
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Detected pickle protocol")  # for torch devs
         try:
@@ -164,6 +183,8 @@ def check_checkpoint_bank(ckpt_bank: Mapping, bank, path: str | Path | None = No
 def save_checkpoint(payload: dict, path: Path) -> None:
     """torch.save to a temporary name, then rename into place (never a half-written file),
     with the digest of the model's weights (``model_sha256``), which `load_checkpoint` checks."""
+    import torch
+
     payload = {**payload, "model_sha256": state_digest(payload["model"])}
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:  # on a full disk torch's error keeps the OSError as context
@@ -174,6 +195,8 @@ def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     """SHA-256 (hex) of a state dict: every entry's name, dtype, shape and bytes, in name
     order. Equal digests mean bitwise-equal weights and buffers, e.g. a checkpoint's
     ``model`` and the model a DDP process holds (`train`'s summary, ``weights_sha256``)."""
+    import torch
+
     h = hashlib.sha256()
     for name in sorted(state):
         t = state[name].detach().cpu().contiguous()

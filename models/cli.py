@@ -12,15 +12,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from curi.bank import open_bank
-from curi.core_cli import job_launcher, open_bank_from_config
-from curi.errors import ConfigError
+from curi import validate
+from curi.bank import check_bank, open_bank
+from curi.core_cli import check_bank_of, job_launcher, open_bank_from_config, required
 from curi.jobs import sweep_lock
+from curi.models.checkpoint import checkpoint_file
 from curi.models.config import RunConfig, check_eval_options
-from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
-from curi.models.plots import plot_baselines, plot_metrics
-from curi.models.runtime import torchrun_env
-from curi.models.train import train as train_run
 from curi.paths import inside
 
 __all__ = ["baselines", "baselines_collect", "difficulty", "evaluate", "train"]
@@ -47,8 +44,19 @@ def run_config(cfg: DictConfig) -> RunConfig:
     return RunConfig.from_mapping({k: c[k] for k in RUN_KEYS if k in c})
 
 
+def _check_train(cfg: DictConfig) -> None:
+    run_config(cfg)
+    check_bank_of(cfg)
+    if cfg.resume is not None:
+        checkpoint_file(cfg.resume, last=True)
+
+
+@validate.checked(_check_train)
 def train(cfg: DictConfig) -> None:
     """Train a prototypical network; checkpoints, metrics and TensorBoard logs."""
+    from curi.models.runtime import torchrun_env
+    from curi.models.train import train as train_run
+
     run = run_config(cfg)
     torchrun_env()  # a bad torchrun environment fails before a bank is built or opened
     if cfg.get("build"):  # asked for: build a missing bank first (else training refuses it)
@@ -57,10 +65,15 @@ def train(cfg: DictConfig) -> None:
     print(json.dumps(summary, indent=2))
 
 
-def evaluate(cfg: DictConfig) -> None:
-    """Evaluate a checkpoint on test episodes, with the oracles on the same episodes."""
-    if OmegaConf.is_missing(cfg, "checkpoint"):
-        raise ConfigError("give the checkpoint to evaluate: checkpoint=<run dir or .pt file>")
+def _eval_out(cfg: DictConfig) -> Path:
+    return inside(
+        cfg.output_dir, cfg.out, what="eval out", hint="; set output_dir= to write elsewhere"
+    )
+
+
+def _check_eval(cfg: DictConfig) -> None:
+    required(cfg, "checkpoint", "the checkpoint to evaluate", "checkpoint=<run dir or .pt file>")
+    checkpoint_file(cfg.checkpoint)
     check_eval_options(
         episodes=cfg.episodes,
         seed=cfg.seed,
@@ -68,9 +81,16 @@ def evaluate(cfg: DictConfig) -> None:
         num_workers=cfg.num_workers,
         chunk=cfg.chunk,
     )
-    out = inside(
-        cfg.output_dir, cfg.out, what="eval out", hint="; set output_dir= to write elsewhere"
-    )
+    _eval_out(cfg)
+
+
+@validate.checked(_check_eval)
+def evaluate(cfg: DictConfig) -> None:
+    """Evaluate a checkpoint on test episodes, with the oracles on the same episodes."""
+    from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
+    from curi.models.plots import plot_metrics
+
+    out = _eval_out(cfg)
     split = cfg.split
     if split is not None and not isinstance(split, str):
         split = OmegaConf.to_container(split, resolve=True)
@@ -112,24 +132,24 @@ def evaluate(cfg: DictConfig) -> None:
     )
 
 
-def baselines(cfg: DictConfig) -> None:
-    """Train and test the paper's baseline configurations; one table beside the paper's."""
-    from curi.models.baselines import parse_baselines, plan_runs, run_baselines
+def _plan(cfg: DictConfig, *, models: bool) -> list:
+    """The sweep's runs, each config checked (with `models`, each configuration's model
+    built: torch), its test options and the bank."""
+    from curi.models.baselines import parse_baselines, plan_runs
 
     c = OmegaConf.to_container(cfg, resolve=True)
     plan = parse_baselines(
         c["configs"], only=c["only"], splits=c["splits"], render_device=c["render_device"]
     )
-    out = Path(cfg.output_dir)
     kw = {
         "seeds": c["seeds"],
         "negatives": c["negatives"],
         "embed_dim": c["embed_dim"],
         "device": c["device"],
         "data_dir": c["data_dir"],
-        "out_dir": out,
+        "out_dir": Path(cfg.output_dir),
+        "models": models,
     }
-    # every run checked before the bank opens (run_baselines then sets each run's bank config)
     runs = plan_runs(plan, bank=c["bank"], train=c["train"], **kw)
     check_eval_options(
         episodes=c["episodes"],
@@ -138,6 +158,24 @@ def baselines(cfg: DictConfig) -> None:
         num_workers=0,
         chunk=1,
     )
+    check_bank(c["bank"], c["data_dir"], build=True if c["build"] else None)
+    return runs
+
+
+def _check_baselines(cfg: DictConfig) -> None:
+    _plan(cfg, models=False)
+    job_launcher(Path(cfg.output_dir), threads=cfg.threads, wait=cfg.wait)
+
+
+@validate.checked(_check_baselines)
+def baselines(cfg: DictConfig) -> None:
+    """Train and test the paper's baseline configurations; one table beside the paper's."""
+    from curi.models.baselines import run_baselines
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    out = Path(cfg.output_dir)
+    # every run checked before the bank opens (run_baselines then sets each run's bank config)
+    runs = _plan(cfg, models=True)
     launcher = job_launcher(out, threads=c["threads"], wait=c["wait"])
     with sweep_lock(out):  # one command at a time in a sweep's folder; each job locks its run
         bank = open_bank(
@@ -164,6 +202,13 @@ def baselines(cfg: DictConfig) -> None:
         _write_baselines(table, out)
 
 
+def _check_collect(cfg: DictConfig) -> None:
+    from curi.models.baselines import check_sweep_folder
+
+    check_sweep_folder(cfg.output_dir)
+
+
+@validate.checked(_check_collect)
 def baselines_collect(cfg: DictConfig) -> None:
     """Rebuild the table of a `curi baselines` sweep from its folders (after SLURM jobs end)."""
     from curi.models.baselines import collect_baselines
@@ -177,6 +222,7 @@ def _write_baselines(table: dict, out: Path) -> None:
     """Write the table (JSON, Markdown, chart) and print it; runs that failed or are missing
     end the command with exit status 1 after the table is written."""
     from curi.models.baseline_table import write_table
+    from curi.models.plots import plot_baselines
 
     paths = write_table(table, out)
     if table["rows"]:
@@ -194,10 +240,22 @@ def _write_baselines(table: dict, out: Path) -> None:
         sys.exit(1)
 
 
+def _check_difficulty(cfg: DictConfig) -> None:
+    from curi.models.difficulty_report import check_options
+
+    check_options(episodes=cfg.episodes_per_concept, max_concepts=cfg.max_concepts)
+    validate.splits(OmegaConf.to_container(cfg.splits, resolve=True))
+    for path in [cfg.checkpoint, *(cfg.checkpoints or {}).values()]:
+        if path:
+            checkpoint_file(path)
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_difficulty)
 def difficulty(cfg: DictConfig) -> None:
     """Predict which test concepts are hard (unobserved local structures) and check it."""
     from curi.models.checkpoint import check_checkpoint_bank, load_checkpoint
-    from curi.models.difficulty_report import check_options, difficulty_report, write_report
+    from curi.models.difficulty_report import difficulty_report, write_report
 
     def _split_name(split) -> str:
         """The name of a split as `curi difficulty` takes it: a rule mapping's ``name``, a split
@@ -213,7 +271,6 @@ def difficulty(cfg: DictConfig) -> None:
         return split
 
     c = OmegaConf.to_container(cfg, resolve=True)
-    check_options(episodes=c["episodes_per_concept"], max_concepts=c["max_concepts"])
     bank = open_bank_from_config(cfg)
     splits = c["splits"] if isinstance(c["splits"], list) else [c["splits"]]
     checkpoints = dict(c.get("checkpoints") or {})

@@ -8,18 +8,18 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from curi import validate
 from curi.bank import open_bank
 from curi.errors import ConfigError, known_options
-from curi.models.data import (
-    encoder_options,
-)
-from curi.models.protonet import ProtoNet, build_protonet
 from curi.models.schedule import SCHEDULES
-from curi.renderers import Renderer
+
+if TYPE_CHECKING:  # torch is imported where a run needs it: a config is checked without it
+    import torch
+
+    from curi.models.protonet import ProtoNet
+    from curi.renderers import Renderer
 
 __all__ = [
     "SAMPLERS",
@@ -31,7 +31,7 @@ __all__ = [
     "run_bank",
 ]
 
-_AMP_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_AMP_DTYPES = ("bfloat16", "float16")  # names of torch dtypes
 _MAX_BATCH = 100_000  # episodes per batch
 # integer train settings and their ranges (the upper bounds keep a run's arrays in memory)
 _TRAIN_INTS = {
@@ -210,7 +210,9 @@ class TrainSettings:
 
     def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
         """The autocast dtype on `device`, or None (no AMP: CPU, or amp off)."""
-        return _AMP_DTYPES[self.amp_dtype] if self.amp and device.type == "cuda" else None
+        import torch
+
+        return getattr(torch, self.amp_dtype) if self.amp and device.type == "cuda" else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,6 +320,11 @@ def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:
         OptionError: (a `ConfigError`) an unknown pooler or a bad pooling option, named by
             the pooler registry (`curi.registry.Registry.build`).
     """
+    import torch
+
+    from curi.models.data import encoder_options
+    from curi.models.protonet import build_protonet
+
     pool = dict(run.pooling)
     name = pool.pop("name")
     with torch.random.fork_rng(devices=[]):

@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from curi import validate
 from curi.atomic import atomic_path, write_text
@@ -105,7 +103,6 @@ class PerConceptSampler:
         return self._samplers[i // self.episodes][i % self.episodes]
 
 
-@torch.inference_mode()
 def model_outcomes(
     checkpoint,
     bank,
@@ -124,6 +121,9 @@ def model_outcomes(
     Raises:
         ConfigError: the checkpoint is for another bank.
     """
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
     from curi.models.checkpoint import load_checkpoint
     from curi.models.config import RunConfig, build_model
     from curi.models.data import EpisodeDataset, collate_episodes, eval_labels, make_renderer
@@ -131,40 +131,41 @@ def model_outcomes(
     from curi.models.evaluate import embed_eval_set, log_odds
     from curi.models.runtime import resolve_device, to_device
 
-    ckpt, path = load_checkpoint(checkpoint)
-    run = RunConfig.from_mapping(ckpt["config"])
-    check_checkpoint_bank(run.bank, bank)
-    dev = resolve_device(device)
-    renderer = make_renderer(run.modality)
-    model = build_model(run, renderer).to(dev)
-    load_weights(model, ckpt, path)
-    model.eval()
-    ev = EvalSet.from_bank(bank)
-    emb = embed_eval_set(model, bank, run.modality, device=dev)
-    sampler = PerConceptSampler(bank, split, concepts, episodes, run.negatives, seed)
-    ds = EpisodeDataset(sampler, run.modality, max_len=ckpt.get("max_len"))
-    loader = DataLoader(
-        ds,
-        batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, False),
-        collate_fn=collate_episodes,
-    )
-    tok = ConceptTokenizer()
-    aps, exact = [], []
-    for batch in loader:
-        out = model(to_device(batch, dev))
-        scores = log_odds(out.prototypes, emb).double().cpu().numpy()  # (B, M)
-        scores -= scores.min(axis=1, keepdims=True)
-        truth = eval_labels(ev.rows, batch["concept"].cpu().numpy(), len(ev))  # (B, M)
-        aps.append(average_precision_batch(scores, truth))
-        if model.decoder is not None:
-            ids = model.decoder.greedy(out.prototypes.flatten(1))  # (B, L)
-            for row, h in zip(ids.cpu(), batch["concept"].tolist(), strict=True):
-                exact.append(tok.decode(row) == bank.concepts[h])
-    n = len(sampler._samplers)
-    ap = np.concatenate(aps).reshape(n, episodes).mean(1)
-    ex = np.array(exact, float).reshape(n, episodes).mean(1) if exact else None
-    log.info("model %s: per-concept mAP %.4f on %d concepts", path, ap.mean(), n)
-    return {"concept": np.asarray(concepts), "ap": ap, "exact": ex, "split": run.split}
+    with torch.inference_mode():  # no autograd graph: evaluation only
+        ckpt, path = load_checkpoint(checkpoint)
+        run = RunConfig.from_mapping(ckpt["config"])
+        check_checkpoint_bank(run.bank, bank)
+        dev = resolve_device(device)
+        renderer = make_renderer(run.modality)
+        model = build_model(run, renderer).to(dev)
+        load_weights(model, ckpt, path)
+        model.eval()
+        ev = EvalSet.from_bank(bank)
+        emb = embed_eval_set(model, bank, run.modality, device=dev)
+        sampler = PerConceptSampler(bank, split, concepts, episodes, run.negatives, seed)
+        ds = EpisodeDataset(sampler, run.modality, max_len=ckpt.get("max_len"))
+        loader = DataLoader(
+            ds,
+            batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, False),
+            collate_fn=collate_episodes,
+        )
+        tok = ConceptTokenizer()
+        aps, exact = [], []
+        for batch in loader:
+            out = model(to_device(batch, dev))
+            scores = log_odds(out.prototypes, emb).double().cpu().numpy()  # (B, M)
+            scores -= scores.min(axis=1, keepdims=True)
+            truth = eval_labels(ev.rows, batch["concept"].cpu().numpy(), len(ev))  # (B, M)
+            aps.append(average_precision_batch(scores, truth))
+            if model.decoder is not None:
+                ids = model.decoder.greedy(out.prototypes.flatten(1))  # (B, L)
+                for row, h in zip(ids.cpu(), batch["concept"].tolist(), strict=True):
+                    exact.append(tok.decode(row) == bank.concepts[h])
+        n = len(sampler._samplers)
+        ap = np.concatenate(aps).reshape(n, episodes).mean(1)
+        ex = np.array(exact, float).reshape(n, episodes).mean(1) if exact else None
+        log.info("model %s: per-concept mAP %.4f on %d concepts", path, ap.mean(), n)
+        return {"concept": np.asarray(concepts), "ap": ap, "exact": ex, "split": run.split}
 
 
 def difficulty_report(

@@ -27,6 +27,7 @@ from curi.models.cache import CachedScenes, RenderCache, open_render_cache
 from curi.models.checkpoint import (
     CHECKPOINT_FORMAT,
     MetricLogger,
+    checkpoint_file,
     link_checkpoint,
     load_checkpoint,
     load_weights,
@@ -364,9 +365,7 @@ def _resume(
     Returns:
         ``(step, validation state)`` saved with it.
     """
-    ckpt, path = load_checkpoint(
-        Path(resume) / "checkpoints" / "last.pt" if Path(resume).is_dir() else resume
-    )
+    ckpt, path = load_checkpoint(checkpoint_file(resume, last=True))
     try:
         check_resumable(RunConfig.from_mapping(ckpt["config"]), run, path)
     except ConfigError as e:

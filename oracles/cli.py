@@ -13,14 +13,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from curi import validate
 from curi.atomic import exclusive, write_text
-from curi.core_cli import open_bank_from_config
+from curi.core_cli import check_bank_of, open_bank_from_config, required
 from curi.errors import ConfigError
 from curi.jobs import sweep_lock
 from curi.oracles.gap import check_gap_options, compositionality_gap
 from curi.oracles.gap_folder import GapFolder, again, gap_settings
 from curi.oracles.report import markdown_table, plot_title
-from curi.paths import output_path, read_text
+from curi.paths import output_path, read_text, regular_file
 from curi.schema import check_shape
 from curi.signals import Interrupted, stop_on_signals
 from curi.splits import make_split
@@ -30,6 +31,14 @@ __all__ = ["audit", "curve", "curve_collect", "gap", "score"]
 log = logging.getLogger("curi")
 
 
+def _check_gap(cfg: DictConfig) -> None:
+    check_gap_options(cfg.episodes.test, cfg.workers, cfg.seed)
+    if cfg.get("split") is None:
+        validate.splits(OmegaConf.to_container(cfg.splits, resolve=True))
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_gap)
 def gap(cfg: DictConfig) -> None:
     """Compositionality gap of every split (strong/weak/random/prior-only oracles, D_A, D_C),
     each row saved as it finishes; run again into the same output_dir, it computes only the
@@ -101,11 +110,20 @@ def _gap_meta(cfg: DictConfig, bank) -> dict:
     }
 
 
-def audit(cfg: DictConfig) -> None:
-    """The shortcut audit: a support-free learner's AUC / CBA on every split's test queries."""
-    from curi.oracles.audit import check_audit_options, markdown, run_audit
+def _check_audit(cfg: DictConfig) -> None:
+    from curi.oracles.audit import check_audit_options
 
     check_audit_options(cfg.episodes.train, cfg.episodes.test, cfg.seed, cfg.max_iter)
+    validate.integer(cfg.threads, "threads", low=1, high=1024)
+    validate.splits(OmegaConf.to_container(cfg.splits, resolve=True))
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_audit)
+def audit(cfg: DictConfig) -> None:
+    """The shortcut audit: a support-free learner's AUC / CBA on every split's test queries."""
+    from curi.oracles.audit import markdown, run_audit
+
     bank = open_bank_from_config(cfg)
     result = run_audit(
         bank,
@@ -137,23 +155,26 @@ def audit(cfg: DictConfig) -> None:
     log.info("wrote %s", ", ".join(str(p) for p in paths))
 
 
+def _check_score(cfg: DictConfig) -> None:
+    example = "curi score tasks=OUT/tasks.jsonl predictions=FILE"
+    required(cfg, "tasks", "the task set (tasks.jsonl of `curi rules`)", example)
+    required(cfg, "predictions", "the predictions, one per request", example)
+    if cfg.get("out"):
+        output_path(cfg.out, folder=False)
+    for key in ("tasks", "predictions"):
+        regular_file(Path(cfg[key]).expanduser(), f"{key} file")
+
+
+@validate.checked(_check_score)
 def score(cfg: DictConfig) -> None:
     """Score a model's predictions on a rule-query task set (accuracy, consistency)."""
     from curi.oracles.rule_scores import markdown, read_predictions, read_tasks, score_predictions
 
-    for key, what in (
-        ("tasks", "the task set (tasks.jsonl of `curi rules`)"),
-        ("predictions", "the predictions, one per request"),
-    ):
-        if OmegaConf.is_missing(cfg, key) or not cfg[key]:
-            raise ConfigError(
-                f"{key}= is required: {what} (`curi score tasks=OUT/tasks.jsonl predictions=FILE`)"
-            )
-    out = output_path(cfg.out, folder=False) if cfg.get("out") else None  # before scoring
+    out = cfg.get("out")
     tasks = read_tasks(cfg.tasks)
     scores = score_predictions(tasks, read_predictions(cfg.predictions, tasks))
     print(markdown(scores))
-    if out is not None:
+    if out:
         text = json.dumps(scores, indent=1, default=str).replace("NaN", "null")
         print(write_text(out, text + "\n"))
 
@@ -173,13 +194,25 @@ def _model_results(path: str) -> dict:
     return check_shape(model, {str: float}, f"model_results {str(p)!r}", fix=fix)
 
 
+def _check_curve(cfg: DictConfig) -> None:
+    from curi.core_cli import job_launcher
+    from curi.oracles.curve import check_step
+
+    for seed in cfg.seeds:
+        check_gap_options(cfg.episodes.test, cfg.workers, seed)
+    check_step(cfg.step)  # before the jobs: a NaN or tiny step fails after them, or never ends
+    job_launcher(Path(cfg.output_dir), threads=cfg.threads)
+    if cfg.get("model_results"):
+        _model_results(str(cfg.model_results))
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_curve)
 def curve(cfg: DictConfig) -> None:
     """Gap versus compound divergence: MCD splits at target D_C, oracles, correlations."""
     from curi.core_cli import job_launcher
-    from curi.oracles.curve import check_step, divergence_curve
+    from curi.oracles.curve import divergence_curve
 
-    check_gap_options(cfg.episodes.test, cfg.workers, cfg.seeds[0] if cfg.seeds else 0)
-    check_step(cfg.step)  # before the jobs: a NaN or tiny step fails after them, or never ends
     out = Path(cfg.output_dir)
     launcher = job_launcher(out, threads=cfg.threads)
     with sweep_lock(out):  # one command at a time in the curve's folder
@@ -203,6 +236,15 @@ def curve(cfg: DictConfig) -> None:
         _write_curve(result, out)
 
 
+def _check_curve_collect(cfg: DictConfig) -> None:
+    from curi.oracles.curve import check_curve_folder
+
+    check_curve_folder(cfg.output_dir)
+    if cfg.get("model_results"):
+        _model_results(str(cfg.model_results))
+
+
+@validate.checked(_check_curve_collect)
 def curve_collect(cfg: DictConfig) -> None:
     """Rebuild the curve's results from its points (after the jobs of a cluster end)."""
     from curi.oracles.curve import collect_curve

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ from curi.validate import number
 
 __all__ = [
     "MIN_STEP",
+    "check_curve_folder",
     "check_step",
     "collect_curve",
     "correlations",
@@ -290,6 +292,17 @@ def point_job(bank, name: str, seed, target, common: Mapping, out_dir: str) -> d
     return point
 
 
+def check_curve_folder(out_dir: str | Path) -> None:
+    """Refuse a folder that holds no curve of `divergence_curve` (no ``points/plan.json``);
+    cheap, so `curi curve collect` checks it first.
+
+    Raises:
+        ConfigError: naming the folder.
+    """
+    if not os.path.lexists(Path(out_dir) / "points" / "plan.json"):
+        raise ConfigError(f"{out_dir} holds no divergence curve (no points/plan.json)")
+
+
 def collect_curve(out_dir: str | Path, *, model_results: Mapping[str, float] | None = None) -> dict:
     """The study collected from the points of `divergence_curve` under `out_dir` (as it
     returns it); a point that is missing or failed is listed in ``failed``.
@@ -302,8 +315,10 @@ def collect_curve(out_dir: str | Path, *, model_results: Mapping[str, float] | N
     out = Path(out_dir)
     path = out / "points" / "plan.json"
     text = read_text(path, "curve plan", missing_ok=True)
+    if text is None:
+        check_curve_folder(out)
     try:
-        plan = json.loads(text or "")
+        plan = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"{out} holds no divergence curve (no points/plan.json)") from e
     fix = "run the curve's command again to write it anew"

@@ -9,7 +9,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from curi import validate
 from curi.bits import unpack_rows
@@ -41,6 +40,8 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     """Area under the ROC curve of `scores` for binary `labels`: the probability that a random
     positive scores above a random negative, ties counting one half (Mann-Whitney U from
     average ranks). NaN when one class is empty."""
+    from scipy import stats  # imported on first use: `curi difficulty` checks its config first
+
     s = np.asarray(scores, np.float64)
     y = np.asarray(labels, bool)
     n1, n0 = int(y.sum()), int((~y).sum())
@@ -155,6 +156,8 @@ def auc_table(
         ``n``, ``easy`` (share), ``auc``, ``auc_length_stratified``, ``spearman`` (with the
         continuous outcome).
     """
+    from scipy import stats
+
     rows = [r for r in rows if r.get(outcome) is not None and np.isfinite(r[outcome])]
     splits = sorted({r["split"] for r in rows})
     labels = np.zeros(len(rows), bool)
@@ -199,6 +202,8 @@ def split_correlations(split_rows: Sequence[Mapping], predictors: Sequence[str],
     Returns:
         ``[{"predictor", "pearson", "spearman", "splits"}]``, ``-D_C`` last.
     """
+    from scipy import stats
+
     y = np.array([r[metric] for r in split_rows], float)
     out = []
     cols = [(p, np.array([r[f"mean_{p}"] for r in split_rows], float)) for p in predictors]

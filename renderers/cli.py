@@ -11,14 +11,16 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi import validate
-from curi.core_cli import job_launcher, open_bank_from_config, split_from_config
+from curi.core_cli import (
+    check_bank_of,
+    job_launcher,
+    open_bank_from_config,
+    required,
+    split_from_config,
+)
 from curi.errors import ConfigError
 from curi.export_parts import check_jobs, check_staging
 from curi.paths import output_path
-from curi.renderers import get_renderer
-from curi.renderers.rerender import default_workers, render_episode_file
-from curi.renderers.sheet import write_episode_page
-from curi.renderers.viewer import write_scene_page
 
 __all__ = ["render_episodes", "show"]
 
@@ -26,26 +28,47 @@ log = logging.getLogger("curi")
 
 
 def _renderer(node: DictConfig):
+    from curi.renderers import get_renderer
+
     opts = OmegaConf.to_container(node, resolve=True)
     return get_renderer(**opts)  # a bad name or option: ConfigError
+
+
+def _check_threads(cfg: DictConfig) -> int | None:
+    n = cfg.get("threads")
+    return None if n is None else validate.integer(n, "threads", low=1, high=1024)
 
 
 def _threads(cfg: DictConfig) -> None:
     """Apply ``threads`` (torch CPU threads) when set: with more threads than free cores,
     torch's small parallel regions stall (10x slower measured on a shared 2-core machine)."""
-    n = cfg.get("threads")
+    n = _check_threads(cfg)
     if n is not None:
-        n = validate.integer(n, "threads", low=1, high=1024)
         import torch
 
         torch.set_num_threads(n)
 
 
+def _check_show(cfg: DictConfig) -> None:
+    """Refuse `curi show`'s numeric options of the wrong type or sign before the bank opens
+    (their upper bounds depend on the bank and are checked once it is open)."""
+    _check_threads(cfg)
+    if cfg.episode is None:
+        validate.integer(cfg.scene, "scene", low=0)
+    else:
+        validate.integer(cfg.episode, "episode", low=0)
+    validate.seed(cfg.seed)
+    validate.number(cfg.sheet_scale, "sheet_scale", low=0, high=8, open_low=True)
+    output_path(cfg.out, folder=True)
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_show)
 def show(cfg: DictConfig) -> None:
     """Render one scene, or one episode (sheet + page), as image, sound and spectrogram."""
+    from curi.renderers.viewer import write_scene_page
+
     _threads(cfg)
-    _check_show(cfg)
-    output_path(cfg.out, folder=True)
     bank = open_bank_from_config(cfg)
     if cfg.episode is not None:
         _show_episode(bank, cfg)
@@ -63,21 +86,11 @@ def show(cfg: DictConfig) -> None:
     print(page)
 
 
-def _check_show(cfg: DictConfig) -> None:
-    """Refuse `curi show`'s numeric options of the wrong type or sign before the bank opens
-    (their upper bounds depend on the bank and are checked once it is open)."""
-    if cfg.episode is None:
-        validate.integer(cfg.scene, "scene", low=0)
-    else:
-        validate.integer(cfg.episode, "episode", low=0)
-    validate.seed(cfg.seed)
-    validate.number(cfg.sheet_scale, "sheet_scale", low=0, high=8, open_low=True)
-
-
 def _show_episode(bank, cfg: DictConfig) -> None:
     """Episode `cfg.episode` of (split, subset, negatives, seed) as a PNG sheet (support and
     query grids, positives and negatives marked, the concept on top) and an HTML page."""
     from curi import EpisodeSampler, parse
+    from curi.renderers.sheet import write_episode_page
 
     split = split_from_config(bank, cfg)
     sampler = EpisodeSampler(
@@ -105,19 +118,30 @@ def _show_episode(bank, cfg: DictConfig) -> None:
     print(page)
 
 
+def _check_render(cfg: DictConfig) -> None:
+    from curi.export import check_episode_file
+
+    example = "curi episodes render in=FILE modality=image out=DIR"
+    required(cfg, "in", "the exported episode file", example)
+    required(cfg, "out", "the output directory", example)
+    output_path(cfg.out, folder=True)
+    check_episode_file(cfg["in"])
+    if cfg.limit is not None:
+        validate.integer(cfg.limit, "limit", low=1, high=validate.MAX_EPISODES)
+    _check_threads(cfg)
+    if cfg.get("workers") is not None:  # None: one per core
+        validate.integer(cfg.workers, "workers", low=1, high=1024)
+    if check_jobs(cfg.get("jobs", 1)) > 1:
+        job_launcher(check_staging(Path(cfg.out)))
+
+
+@validate.checked(_check_render)
 def render_episodes(cfg: DictConfig) -> None:
     """Re-render an exported episode file in one modality (image, sound or schema), or as
     text (``text=true``); with ``jobs=N`` in N jobs where ``hydra/launcher=NAME`` says
     (docs/cluster.md)."""
-    for key, what in (("in", "the exported episode file"), ("out", "the output directory")):
-        if OmegaConf.is_missing(cfg, key):
-            raise ConfigError(
-                f"{key}= is required: {what} (`curi episodes render in=FILE "
-                "modality=image out=DIR`)"
-            )
-    output_path(cfg.out, folder=True)
-    if cfg.limit is not None:
-        validate.integer(cfg.limit, "limit", low=1, high=validate.MAX_EPISODES)
+    from curi.renderers.rerender import default_workers, render_episode_file
+
     jobs = check_jobs(cfg.get("jobs", 1))
     if cfg.text:  # the text modality: rows for a sequence-to-sequence trainer, no arrays
         from curi.renderers.text_export import render_episodes_as_text
@@ -129,9 +153,7 @@ def render_episodes(cfg: DictConfig) -> None:
         return
     _threads(cfg)
     workers = cfg.get("workers")
-    if workers is None:
-        workers = default_workers()
-    workers = validate.integer(workers, "workers", low=1, high=1024)
+    workers = default_workers() if workers is None else int(workers)
     opts = OmegaConf.to_container(cfg.modality, resolve=True)
     launcher = None
     if jobs > 1:  # ranges of episodes rendered by jobs where hydra/launcher=NAME says

@@ -10,13 +10,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from curi import validate
-from curi.core_cli import open_bank_from_config, split_from_config
+from curi.core_cli import check_bank_of, open_bank_from_config, split_from_config
 from curi.errors import ConceptError, ConfigError
 from curi.paths import output_path, read_text
-from curi.renderers.text_export import export_rule_tasks
-from curi.tasks import RuleTaskSampler, format_mix
 
-__all__ = ["read_rules", "rules"]
+__all__ = ["check_rule_config", "read_rules", "rules"]
 
 log = logging.getLogger("curi")
 
@@ -59,11 +57,30 @@ def read_rules(path: str | Path) -> list[str]:
     return out
 
 
+def check_rule_config(cfg: DictConfig) -> None:
+    """Refuse the options of a rule-query task set that need no bank (`curi rules`, `curi lm
+    rules`): the sampler's, the count, the output folder, the rules file, the bank."""
+    from curi.tasks.sampler import check_rule_options
+
+    keys = ("hypotheses", "theta", "rule_rate", "kinds", "scene_requests", "rules_per_kind")
+    more = ("context_rules", "candidates", "prior", "likelihood")
+    check_rule_options(**{k: cfg[k] for k in (*keys, *more)})
+    validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
+    validate.seed(cfg.seed)
+    output_path(cfg.out, folder=True)
+    if cfg.rules:
+        read_rules(cfg.rules)
+    check_bank_of(cfg)
+
+
+@validate.checked(check_rule_config)
 def rules(cfg: DictConfig) -> None:
     """Write a rule-query task set of a split (structured + text) and print its class mix."""
-    n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
-    output_path(cfg.out, folder=True)
-    user_rules = read_rules(cfg.rules) if cfg.rules else None  # before building a bank
+    from curi.renderers.text_export import export_rule_tasks
+    from curi.tasks import RuleTaskSampler, format_mix
+
+    n = int(cfg.n)
+    user_rules = read_rules(cfg.rules) if cfg.rules else None
     bank = open_bank_from_config(cfg)
 
     split = split_from_config(bank, cfg)

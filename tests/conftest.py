@@ -42,8 +42,11 @@ def tiny_bank(tiny_bank_dir):
     return load_bank(tiny_bank_dir)
 
 
-def run_curi(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run the `curi` command as a user would (a fresh process), capturing its output."""
+def run_curi(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run the `curi` command as a user would (a fresh process), capturing its output. The
+    timeout is a guard against a hang, far above what a loaded 2-core machine needs (the
+    slowest command of the tests takes about a minute there); a test of a command that must
+    end at once (a FIFO refused, not read) gives its own, lower one."""
     return subprocess.run(
         [sys.executable, "-c", "from curi.cli import main; main()", *args],
         cwd=cwd,
@@ -51,6 +54,24 @@ def run_curi(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedP
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def unwritable(tmp_path) -> Path:
+    """A folder this process cannot write in: its mode, and for root, whom modes do not stop,
+    the immutable attribute (skipped where neither works)."""
+    folder = tmp_path / "unwritable"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+    if os.access(folder, os.W_OK):
+        folder.chmod(0o755)
+        pytest.skip("no way to make a folder unwritable for this user here")
+    yield folder
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+    folder.chmod(0o755)
 
 
 @pytest.fixture(scope="module")

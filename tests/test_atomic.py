@@ -13,13 +13,14 @@ import pytest
 from curi.atomic import (
     atomic_dir,
     atomic_path,
+    exclusive,
     remove,
     temporaries,
     temporary_name,
     write_bytes,
     write_text,
 )
-from curi.errors import RemovalError
+from curi.errors import ConfigError, RemovalError
 
 
 def test_temporary_is_hidden_beside_the_target_and_names_the_process(tmp_path):
@@ -199,3 +200,14 @@ def test_every_remover_goes_through_the_one_helper():
             ]
     assert [s for s in stray if (s[0], s[2]) not in allowed] == []
     assert unrooted == []
+
+
+def test_a_lock_in_a_folder_that_is_not_writable_says_so(unwritable):
+    """It said "cannot open its lock file ...; remove it" of a lock file that never existed."""
+    with (
+        pytest.raises(ConfigError) as e,
+        exclusive(unwritable / "eps.jsonl", what="out=x", error=ConfigError),
+    ):
+        pass
+    assert str(e.value).startswith(f"out=x: the folder {unwritable} is not writable")
+    assert "remove it" not in str(e.value)

@@ -240,3 +240,31 @@ def test_bit_scenes_execute_as_the_bank_did(tiny_bank):
 
     rows = execute(tiny_bank.concepts[:50], tiny_bank.bit_scenes())
     np.testing.assert_array_equal(rows, np.asarray(tiny_bank.truth_words[:50]))
+
+
+def test_a_data_dir_that_is_empty_or_a_file_is_refused(tmp_path):
+    """An empty data_dir built the bank in the working folder; a file as data_dir was met
+    with "no bank ...; build it with `curi bank ... data_dir=<that file>`"."""
+    from curi.bank import open_bank
+
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(BankError, match="^data_dir is empty; give a folder"):
+        open_bank("tiny", "")
+    with pytest.raises(BankError, match=f"^data_dir '{f}' is a file, not a folder; give a folder"):
+        open_bank("tiny", f, build=True)
+    with pytest.raises(BankError, match=f"is a file \\(under {f}\\), not a folder"):
+        build_bank("tiny", f / "sub", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_a_reused_bank_is_a_debug_line(tiny_bank_dir, caplog):
+    """ "bank ... already built; reusing it" came before every error, at INFO."""
+    import logging
+
+    from curi.bank import open_bank
+
+    with caplog.at_level(logging.DEBUG, logger="curi.bank"):
+        open_bank("tiny", tiny_bank_dir.parent, progress=False)
+    reuse = [r for r in caplog.records if "reusing it" in r.getMessage()]
+    assert [r.levelno for r in reuse] == [logging.DEBUG]

@@ -557,7 +557,7 @@ def test_concurrent_builds_of_one_bank_both_succeed(tmp_path, force):
         time.sleep(0.3)
     finally:
         (tmp_path / "m1.go").touch()
-        outs = [p.communicate(timeout=120) for p in (first, second)]
+        outs = [p.communicate(timeout=600) for p in (first, second)]
     for p, (out, err) in zip((first, second), outs, strict=True):
         assert p.returncode == 0 and out.strip() == "done", err[-2000:]
     assert "waiting for another process" in outs[1][1]

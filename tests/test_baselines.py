@@ -18,6 +18,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import curi.models.baselines as baselines_mod
+import curi.models.evaluate as evaluate_mod
+import curi.models.train as train_mod
 from curi.errors import ConfigError, RemovalError
 from curi.models import cli as models_cli
 from curi.models.baseline_table import baseline_table, table_markdown
@@ -90,8 +92,8 @@ def test_command_tabulates_runs_beside_the_paper_then_skips_them(
     def refuse(*a, **k):
         raise AssertionError("a finished run was run again")
 
-    monkeypatch.setattr(baselines_mod, "train", refuse)
-    monkeypatch.setattr(baselines_mod, "evaluate_checkpoint", refuse)
+    monkeypatch.setattr(train_mod, "train", refuse)  # each job imports them when it runs
+    monkeypatch.setattr(evaluate_mod, "evaluate_checkpoint", refuse)
     for name in ("rn", "tr"):  # run.json as an older curi wrote it, without threads and the
         path = out / "runs" / name / "concept_iid" / "seed0" / "run.json"  # newer train keys
         saved = json.loads(path.read_text())
@@ -111,13 +113,13 @@ def test_command_tabulates_runs_beside_the_paper_then_skips_them(
     run = out / "runs" / "tr" / "concept_iid" / "seed0"
     (run / "result.json").unlink()
     calls = []
-    real = baselines_mod.train
+    real = train_mod.train
 
     def spy(*a, **k):
         calls.append(k["resume"])
         return real(*a, **k)
 
-    monkeypatch.setattr(baselines_mod, "train", spy)
+    monkeypatch.setattr(train_mod, "train", spy)
     models_cli.baselines(_small(tiny_bank_dir, out))
     assert calls == [run / "train"]  # only the interrupted run, resumed, not restarted
     lines = (run / "train" / "metrics.jsonl").read_text().splitlines()
@@ -385,7 +387,7 @@ def test_a_fifo_run_json_is_one_line_not_a_hang(tiny_bank_dir, tmp_path):
     (out / "runs" / "rn" / "concept_iid" / "seed0").mkdir(parents=True)
     os.mkfifo(out / "runs" / "rn" / "concept_iid" / "seed0" / "run.json")
     args = [*TINY, SMALL, f"data_dir={tiny_bank_dir.parent}", f"output_dir={out}", "only=[rn]"]
-    r = run_curi("baselines", *args, cwd=tmp_path, timeout=60)
+    r = run_curi("baselines", *args, cwd=tmp_path, timeout=300)
     _one_line(r, "run.json", "is a FIFO, not a regular file")
 
 

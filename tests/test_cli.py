@@ -77,6 +77,16 @@ def test_unknown_command_and_bad_override(tmp_path):
     )
 
 
+def test_a_commands_timeout_in_the_tests_is_a_hang_guard():
+    """`run_curi`'s 300 s stopped a difficulty run that takes 52 s alone on a loaded 2-core
+    machine: a timeout guards against a hang, far above what a busy machine needs."""
+    import inspect
+
+    from conftest import run_curi as run
+
+    assert inspect.signature(run).parameters["timeout"].default >= 600
+
+
 def test_ci_runs_exactly_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
@@ -141,7 +151,7 @@ def test_a_checkpoint_on_a_full_disk_is_one_line(tmp_path):
     )
     path = tmp_path / "last.pt"
     r = subprocess.run(
-        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == (
@@ -153,7 +163,7 @@ def test_a_checkpoint_on_a_full_disk_is_one_line(tmp_path):
 
 def test_a_file_name_too_long_is_one_line(tiny_bank_dir, tmp_path, capsys, monkeypatch):
     """`curi split save=` with a name whose temporary name is over 255 bytes ended in
-    `OSError: File name too long` with a traceback."""
+    `OSError: File name too long` with a traceback; it is refused before the split is made."""
     from curi.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -163,6 +173,6 @@ def test_a_file_name_too_long_is_one_line(tiny_bank_dir, tmp_path, capsys, monke
         main(["split", *args, f"save={save}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1, err
-    assert err[0].startswith(f"curi split: error: could not write {tmp_path}/.ssss")
-    assert err[0].endswith(": a file name is too long for the file system (File name too long)")
+    assert err[0].startswith("curi split: error: save: the name 'ssss")
+    assert err[0].endswith("is 250 bytes long; use at most 239 (the file system allows 255)")
     assert list(tmp_path.iterdir()) == []

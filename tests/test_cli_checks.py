@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -329,3 +331,231 @@ def test_the_readme_inline_splits_list_of_difficulty_runs(tiny_bank_dir, tmp_pat
     )
     assert r.returncode == 0, r.stderr
     assert (out / "auc.md").is_file()
+
+
+# --- every refusal before torch, the bank and the run folder ----------------------------------
+# (command line, what its one-line error says): something of every command that needs only
+# the config and the file system to be refused. In the working folder of the test: a file `f`,
+# a FIFO `fifo.jsonl`; `none` is missing.
+REFUSALS = [
+    (["train", "train.batch_size=-4"], "train.batch_size must be an integer in [1, 100000]"),
+    (["train", "train=tiny", "train.nosuch=1"], "unknown option 'train.nosuch'"),
+    (["train", "resume=none"], "checkpoint not found at none"),
+    (["eval", "checkpoint=none"], "checkpoint not found at none"),
+    (["eval", "checkpoint=f", "episodes=0"], "episodes must be an integer"),
+    (["rules", "theta=2"], "theta must be a number in (0.5, 1.0], got 2"),
+    (["rules", "rules=none"], "rules file 'none' does not exist"),
+    (["lm", "rules", "out=o", "theta=2"], "theta must be a number"),
+    (["gap", "splits=[nosuch]"], "unknown split 'nosuch'; known: adversarial_ext, binding_color"),
+    (["gap", "-m", "seed=0,-1"], "seed must be an integer"),
+    (["gap", "bank=tiny", "data_dir=none"], "no bank 'tiny' in data_dir 'none'"),
+    (["audit", "splits=[nosuch]"], "unknown split 'nosuch'; known: adversarial_ext"),
+    (["difficulty", "checkpoint=none"], "checkpoint not found at none"),
+    (["difficulty", "splits=[boolean,none.json]"], "split file"),
+    (["episodes", "render"], "in= is required"),
+    (["episodes", "render", "in=none.jsonl", "out=o"], "episode file not found at none.jsonl"),
+    (["episodes", "render", "in=fifo.jsonl", "out=o"], "'fifo.jsonl' is a FIFO, not a"),
+    (["episodes", "n=0"], "n must be an integer"),
+    (["episodes", "jobs=2", "hydra/launcher=submitit_slurm"], "hydra/launcher=submitit_slurm"),
+    (["baselines", "hydra/launcher=submitit_slurm"], "hydra/launcher=submitit_slurm needs a"),
+    (["baselines", "collect", "output_dir=."], " holds no baseline sweep"),
+    (["curve", "step=0"], "step must be a number"),
+    (["curve", "collect", "output_dir=."], " holds no divergence curve"),
+    (["lm", "compare", "tasks=none", "results=none"], "none is not a curi task folder"),
+    (["lm", "export", "out=o", "tokenizer=/none/tok"], "tokenizer=/none/tok does not exist"),
+    (["lm", "export", "out=o", "episodes=none.jsonl"], "episode file not found"),
+    (["score", "tasks=none", "predictions=none"], "tasks file 'none' does not exist"),
+    (["show", "scene=-1"], "scene must be an integer"),
+    (["split", "save=."], "save=. is a folder"),
+    (["bank", "data_dir="], "data_dir is empty"),
+    (["bank", "data_dir=f"], "data_dir 'f' is a file, not a folder"),
+    (["gap", "output_dir=f"], "output_dir="),
+]
+
+
+def _refuse_all(cases: list) -> str:
+    """Python that runs every case of `cases` through `curi.cli.main` in one process, with
+    `curi.bank.load_bank` replaced by a failure, and prints each case's exit status and
+    stderr, then the heavy modules imported (as JSON)."""
+    return (
+        "import contextlib, io, json, sys\n"
+        "import curi.bank\n"
+        "def opened(*a, **k):\n    raise SystemExit('a bank was opened')\n"
+        "curi.bank.load_bank = opened\n"
+        "from curi.cli import main\n"
+        "out = []\n"
+        f"for args in {cases!r}:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try:\n            main(args)\n            code = 0\n"
+        "        except SystemExit as e:\n            code = e.code\n"
+        "    out.append([code, err.getvalue()])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('torch', 'sklearn', 'matplotlib', 'transformers', 'lm_eval'))\n"
+        "print(json.dumps({'results': out, 'heavy': heavy}))\n"
+    )
+
+
+def test_every_refusal_comes_before_torch_the_bank_and_a_run_folder(tmp_path):
+    """Each command refuses what the config and the file system show, in one line, before it
+    imports torch, opens a bank or lets Hydra make its run folder (a refused `curi gap` left
+    outputs/gap/<time>/ with .hydra/ and an empty log; `curi train train.batch_size=-4` and
+    `curi lm` imported torch first, `curi gap splits=[nosuch]` loaded the bank)."""
+    (tmp_path / "f").write_text("x")
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    env = {**os.environ, "CURI_DATA_DIR": str(tmp_path / "data")}
+    code = _refuse_all([args for args, _ in REFUSALS])
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = json.loads(r.stdout.strip().splitlines()[-1])
+    for (args, start), (status, err) in zip(REFUSALS, found["results"], strict=True):
+        name = " ".join(a for a in args[:2] if "=" not in a and not a.startswith("-"))
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1, (args, err)
+        assert lines[0].startswith(f"curi {name}: error: ") and start in lines[0], (args, lines)
+    assert found["heavy"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no run folder, no bank
+
+
+def test_usage_messages_import_no_layer_below_the_command_line(tmp_path):
+    """`curi lm` (the subcommands) took a minute and 870 MB: it imported torch to print them."""
+    code = (
+        "import sys\nfrom curi.cli import main\n"
+        "for args in (['lm'], ['lm', 'export', '--help'], ['train', '--help']):\n"
+        "    main(args)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'sklearn')))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "lm export" in r.stdout and r.stdout.strip().splitlines()[-1] == "[]"
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- output places and data folders ------------------------------------------------------------
+def _places(f: Path, locked: Path) -> list[tuple[list[str], str]]:
+    """(command line, what its one-line error says) of every kind of output place that cannot
+    be written: a file where a folder goes, a folder that is not writable."""
+    return [
+        (["gap", f"output_dir={f}"], f"output_dir={f} is a file, not a folder"),
+        (["gap", f"output_dir={locked / 'g'}"], f"the folder {locked} is not writable"),
+        (["audit", f"output_dir={locked}"], f"the folder {locked} is not writable"),
+        (["bank", f"output_dir={locked / 'b'}"], f"the folder {locked} is not writable"),
+        (["episodes", "render", "in=e.jsonl", f"out={f}"], f"out={f} is a file, not a folder"),
+        (["episodes", "render", "in=e.jsonl", f"out={locked / 'r'}"], "is not writable"),
+        (["episodes", f"out={locked / 'e.jsonl'}"], f"the folder {locked} is not writable"),
+        (["lm", "export", f"out={f}"], f"out={f} is a file, not a folder"),
+        (["lm", "export", f"out={locked / 'lm'}"], f"the folder {locked} is not writable"),
+        (["lm", "rules", f"out={locked}"], f"the folder {locked} is not writable"),
+        (["rules", f"out={locked / 'r'}"], f"the folder {locked} is not writable"),
+        (["show", f"out={locked / 's'}"], f"the folder {locked} is not writable"),
+        (["split", f"save={locked / 's.json'}"], f"the folder {locked} is not writable"),
+        (["score", "tasks=t", "predictions=p", f"out={locked / 's.json'}"], "is not writable"),
+        (["lm", "compare", "tasks=t", "results=r", f"out={locked / 'c'}"], "is not writable"),
+        (["bank", f"data_dir={f}"], f"data_dir '{f}' is a file, not a folder; give a folder"),
+        (["gap", f"data_dir={f / 'sub'}"], f"data_dir '{f / 'sub'}' is a file (under {f})"),
+        (["gap", "data_dir="], "data_dir is empty; give a folder, or leave data_dir out"),
+    ]
+
+
+def test_output_places_that_cannot_be_written_are_one_line(tmp_path, unwritable, capsys):
+    """`curi gap output_dir=<a file>` or an unwritable folder, `curi episodes render out=<a
+    file>`, `curi lm export out=<a file or unwritable>` ended in tracebacks; `curi bank
+    data_dir=` built the bank in the working folder, `data_dir=<a file>` said to build the
+    bank there."""
+    from curi.cli import main
+
+    f = tmp_path / "f"
+    f.write_text("x")
+    for args, says in _places(f, unwritable):
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and says in err[0], (args, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "unwritable"]
+
+
+def test_a_working_folder_that_is_not_writable_is_one_line(unwritable, capsys, monkeypatch):
+    """The default run folder (outputs/gap/<time>) goes under the working folder."""
+    from curi.cli import main
+
+    monkeypatch.chdir(unwritable)
+    with pytest.raises(SystemExit) as e:
+        main(["gap"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"curi gap: error: output_dir={unwritable}/outputs/gap/")
+    assert err[0].endswith(
+        f"the folder {unwritable} is not writable; give a folder where you can write"
+    )
+
+
+# --- the wording of errors, logs and suggestions ---------------------------------------------
+def test_a_misspelt_command_is_one_line_with_the_closest(capsys):
+    """`curi bnak` printed the whole usage, with no suggestion."""
+    for argv, says in [
+        (["bnak"], "curi: error: unknown command 'bnak' (did you mean 'bank'?); commands: "),
+        (["lm", "exprot"], "unknown command 'lm exprot' (did you mean 'lm export'?)"),
+        (
+            ["episodes", "rendr"],
+            "unknown command 'episodes rendr' (did you mean 'episodes render'?)",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and says in err[0], err
+
+
+def test_known_presets_are_listed_as_words_not_a_python_list():
+    """`curi gap splits=[nosuch]` said "known: ['adversarial_ext', 'binding_color', ...]"."""
+    from curi.errors import ConfigError
+    from curi.presets import list_presets, load_preset
+
+    with pytest.raises(ConfigError) as e:
+        load_preset("split", "countng")
+    assert str(e.value) == (
+        "unknown split 'countng' (did you mean 'counting'?); known: "
+        + ", ".join(list_presets("split"))
+    )
+
+
+def test_an_unknown_key_of_a_group_is_one_line_with_its_keys(tmp_path, capsys, monkeypatch):
+    """Hydra's six lines ("Could not override ... Key 'nosuch' is not in struct")."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["train", "train=tiny", "train.batch_sise=4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(
+        "curi train: error: unknown option 'train.batch_sise' (did you mean 'batch_size'?); "
+        "valid: train.alpha, train.amp,"
+    )
+    assert err[0].endswith("(+train.batch_sise=VALUE adds a key the preset lacks)")
+    main(["train", "train=tiny", "train.sampler=loader", "--help"])  # a key the preset has
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_logs_no_progress_bars_and_no_reuse_line(tiny_bank_dir, tmp_path, capsys):
+    """Progress bars go to a terminal only (never into a log or a captured stream), and
+    "bank ... already built; reusing it" is a DEBUG line: an error is one line."""
+    out = tmp_path / "g"
+    args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "splits=[concept_iid]"]
+    main(["gap", *args, "negatives=[hard]", "episodes.test=10", "workers=1", f"output_dir={out}"])
+    got = capsys.readouterr()
+    for text in (got.out, got.err, (out / "gap.log").read_text()):
+        assert "%|" not in text and "reusing it" not in text, text
+    assert "concept_iid/hard: mAP strong" in (out / "gap.log").read_text()
+    with pytest.raises(SystemExit):  # an error after the bank opens: one line in all
+        main(["split", *args[:2], "split={name: b, rule: binding, held_out: [nosuch]}"])
+    got = capsys.readouterr()
+    assert got.out == "" and len(got.err.strip().splitlines()) == 1, got

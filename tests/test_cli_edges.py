@@ -427,3 +427,22 @@ def test_eval_plot_is_written(tmp_path):
     }
     path = plot_metrics([m, {**m, "split": "counting", "oracles": None}], tmp_path / "e.png")
     assert path.stat().st_size > 0
+
+
+def test_help_describes_each_preset_in_whole_sentences(capsys):
+    """A preset's description was the first line of its file's comment, cut mid-sentence
+    (pooling=avg: "... then an MLP")."""
+    from curi.cli import main
+
+    main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "then an MLP 256-512-384-256 with BatchNorm and ReLU. concat " in text
+
+    from curi.options import describe
+    from curi.presets import list_presets
+
+    for group in ("bank", "split", "modality", "pooling", "train"):
+        for name in list_presets(group):
+            about = describe(group, name)
+            assert about.endswith(".") and f"{name} {about}" in text, (group, name, about)
+    assert describe("pooling", "avg").endswith("an MLP 256-512-384-256 with BatchNorm and ReLU.")

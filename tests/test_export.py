@@ -116,3 +116,13 @@ def test_cli_refuses_a_bad_export_path_before_opening_the_bank(tmp_path):
     )
     assert r.returncode == 2 and "e.xyz is not an episode export" in r.stderr, r.stderr
     assert not data.exists()
+
+
+def test_a_fifo_as_an_episode_file_is_named_for_what_it_is(tmp_path):
+    """A FIFO given as in= was "episode file not found"."""
+    import os
+
+    fifo = tmp_path / "eps.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(EpisodeFileError, match="is a FIFO, not a regular file"):
+        list(read_episode_file(fifo))

@@ -362,7 +362,7 @@ def test_a_fifo_marker_redoes_its_part_without_blocking(
     args = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}", "split=counting", "n=5"]
     r = run_curi(
         "episodes", *args, "shard_size=2", f"out={out}", "jobs=3", "progress=false",
-        cwd=tmp_path, timeout=60,
+        cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == _bytes(one)

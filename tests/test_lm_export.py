@@ -20,7 +20,7 @@ from curi.errors import BankError, ConfigError, TextFormatError
 from curi.executor import BitScenes, execute
 from curi.models.lm import task as lm_task
 from curi.models.lm.export import export_tasks, task_name
-from curi.models.lm.lengths import check_context, prompt_lengths
+from curi.models.lm.lengths import check_context, load_tokenizer, prompt_lengths
 from curi.models.lm.prompt import check_answers, parse_prompt, scene_texts
 from curi.scenes import records_to_props
 from curi.splits import make_split
@@ -251,3 +251,10 @@ def test_a_fifo_manifest_is_one_line_not_a_hang(tiny_bank, tiny_bank_dir, tmp_pa
     cmd = [sys.executable, "-c", load, "curi_counting_hard"]
     r = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "curi_tasks.json' is a FIFO" in r.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("path", ["/none/tokenizer", "./tok", "tok/tokenizer.json", "a/b/c"])
+def test_a_missing_tokenizer_path_says_it_does_not_exist(path):
+    """transformers answered "Repo id must be in the form 'repo_name' or ..."."""
+    with pytest.raises(ConfigError, match=f"^tokenizer={re.escape(path)} does not exist"):
+        load_tokenizer(path)

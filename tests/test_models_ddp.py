@@ -80,7 +80,7 @@ def _two_nodes(bank_dir: Path, run_dir: Path, *, torchrun: bool = True) -> list[
         for rank in range(2)
     ]
     try:
-        outs = [p.communicate(timeout=240) for p in nodes]
+        outs = [p.communicate(timeout=600) for p in nodes]
     finally:
         for p in nodes:  # a node that failed leaves the other waiting at the rendezvous
             p.kill()
@@ -131,7 +131,7 @@ def test_two_process_runs_with_one_seed_give_the_same_checkpoints(
 
 
 # --- stopping on a signal, and resuming --------------------------------------------------------
-def _wait_for_training(run_dir: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_for_training(run_dir: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
     """Until the run has logged a training step (its signal handlers are in place)."""
     metrics, t0 = run_dir / "metrics.jsonl", time.monotonic()
     while not (metrics.is_file() and '"tag": "train"' in metrics.read_text()):
@@ -170,7 +170,7 @@ def test_sigusr1_saves_the_step_reached_and_the_same_command_resumes(tiny_bank_d
     assert f"training stopped by SIGUSR1 at step {reached}" in out + err
     assert not (run_dir / "summary.json").exists()  # a summary means a finished run
 
-    again = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"at step {reached}" in again.stdout + again.stderr  # "resumed from ... at step N"
     assert _summary(again.stdout)["steps"] == steps
@@ -203,7 +203,7 @@ def test_a_stop_signal_to_the_whole_process_group_saves_the_step(tiny_bank_dir, 
         start_new_session=True,
     )
     try:
-        _wait_for_training(run_dir, proc, timeout=60)
+        _wait_for_training(run_dir, proc, timeout=300)
         os.killpg(proc.pid, signum)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -213,7 +213,7 @@ def test_a_stop_signal_to_the_whole_process_group_saves_the_step(tiny_bank_dir, 
     reached = load_checkpoint(run_dir / "checkpoints" / "last.pt")[0]["step"]
     assert (run_dir / "checkpoints" / f"step_{reached:07d}.pt").is_file()
     more = [*args, f"train.steps={reached + 2}"]  # two steps more, resumed
-    again = subprocess.run(more, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(more, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"at step {reached}" in again.stdout + again.stderr  # "resumed from ... at step N"
     assert _summary(again.stdout)["steps"] == reached + 2
@@ -311,7 +311,7 @@ def test_a_bad_torchrun_environment_is_one_line_before_the_bank(tmp_path, env, m
         env=ENV | torchrun | env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     assert r.returncode == 2, r.stderr[-3000:]
     (line,) = r.stderr.splitlines()

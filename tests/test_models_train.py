@@ -74,7 +74,7 @@ def _curi(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
 
 
@@ -428,7 +428,7 @@ def test_two_processes_train_with_ddp_and_rank_0_writes(tiny_bank_dir, tmp_path)
     run_dir = tmp_path / "run"
     procs = start_ddp_ranks(_DDP_CHILD, str(tiny_bank_dir), str(run_dir), cwd=tmp_path)
     try:
-        outs = [p.communicate(timeout=300) for p in procs]
+        outs = [p.communicate(timeout=600) for p in procs]
     finally:
         for p in procs:  # a rank that failed leaves the other waiting at a collective
             p.kill()
@@ -573,12 +573,12 @@ def test_a_second_run_into_a_run_folder_fails_at_once(tiny_bank_dir, tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while not (run / "metrics.jsonl").is_file():  # written under the run's lock
             assert first.poll() is None, first.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the first run did not start"
             time.sleep(0.1)
-        second = run_curi(*base, "train.steps=2", cwd=tmp_path, timeout=60)
+        second = run_curi(*base, "train.steps=2", cwd=tmp_path, timeout=300)
         assert first.poll() is None  # still training, alone
     finally:
         first.kill()

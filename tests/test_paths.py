@@ -15,7 +15,7 @@ from conftest import run_curi
 
 from curi import build_bank, load_bank, make_split
 from curi.errors import ConfigError, SplitError
-from curi.paths import inside, output_path, read_text, safe_name
+from curi.paths import as_folder, inside, output_path, read_text, safe_name
 from curi.presets import conf_dir
 
 SMALL = {"num_scenes": 1000, "num_draws": 1000, "seed": 0, "workers": 1}  # builds in < 1 s
@@ -133,6 +133,16 @@ def test_output_path_refuses_what_would_fail_after_the_work(tmp_path, out, folde
     assert message.format(out=out, root=tmp_path) in str(e.value)
     with pytest.raises(ConfigError, match="names no file"):
         output_path("", folder=False)
+
+
+def test_a_folder_under_a_fifo_names_the_fifo(tmp_path):
+    """It said "not a regular file" of whatever was not a folder nor a file."""
+    os.mkfifo(tmp_path / "p")
+    with pytest.raises(ConfigError) as e:
+        as_folder(tmp_path / "p" / "x", "data_dir")
+    assert str(e.value) == (
+        f"data_dir '{tmp_path}/p/x' is a FIFO (under {tmp_path}/p), not a folder; give a folder"
+    )
 
 
 # --- bank names --------------------------------------------------------------------------------

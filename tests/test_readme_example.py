@@ -1,12 +1,15 @@
-"""The README's own-model example ("Train your own model") runs as printed: its code block,
-taken from README.md, trains a small model of its own on the tiny bank through
+"""The README's examples run as printed: the own-model example ("Train your own model"), taken
+from README.md, trains a small model of its own on the tiny bank through
 `curi.models.data.episode_dataset` and scores it with `curi.oracles.model_score.score_model`
-beside the oracles, in a fresh process as a user would run it."""
+beside the oracles, in a fresh process as a user would run it; the easiness example runs as
+printed; and the README says what a new user meets (the shards of a tar export, the CPU build
+of torch, lm-eval offline)."""
 
 from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 from conftest import readme_section, run_readme_scores
 
@@ -34,3 +37,31 @@ def test_own_model_example_trains_and_scores_beside_the_oracles(tiny_bank_dir, t
     assert scores["concepts"] and all(math.isfinite(c["map"]) for c in scores["concepts"])
     assert "concept_iid {'map'" in stdout  # the rows the README prints
     assert sorted(p.name for p in tiny_bank_dir.parent.iterdir() if p.is_dir()) == ["tiny"]
+
+
+def test_the_easiness_example_runs_as_printed(tiny_bank_dir, monkeypatch, capsys):
+    """It called `curi.easiness(train_concepts, test_concepts)` on names it never defined."""
+    section = readme_section("## Which test concepts are hard? (unobserved local structures)")
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1
+    monkeypatch.setenv("CURI_DATA_DIR", str(tiny_bank_dir.parent))  # its bank, already built
+    names: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), names)
+    n = len(names["test_concepts"])
+    assert n > 0 and all(len(names[k]) == n for k in ("seed", "four", "nosib"))
+    assert all(0 <= e <= 1 for e in names["seed"]) and min(names["seed"]) < 1
+    assert capsys.readouterr().out.startswith(f"{n} test concepts, easiness ")
+
+
+def test_the_readme_says_what_a_new_user_meets():
+    """`out=X.tar` writes X-00000.tar, ... (`webdataset.WebDataset("X.tar")` fails); `pip
+    install -e .` brings CUDA wheels on a machine without a GPU; offline, lm_eval retries the
+    Hub for a minute without HF_HUB_OFFLINE=1."""
+    use, setup = readme_section("## Use"), readme_section("## Set up")
+    assert "`out=X.tar` writes WebDataset shards `X-00000.tar`" in use
+    assert 'webdataset.WebDataset("X-{00000..00001}.tar")' in use
+    assert "--index-url https://download.pytorch.org/whl/cpu" in setup
+    assert setup.count("```bash") == 2  # still the two set-up commands
+    lm_docs = (Path(__file__).resolve().parents[1] / "docs" / "lm.md").read_text()
+    for text in (readme_section("## Language models"), lm_docs):
+        assert "HF_HUB_OFFLINE=1" in text

@@ -364,7 +364,7 @@ def test_cli_episodes_render_workers(exported, tmp_path):
     assert _tree(tmp_path / "auto") == _tree(tmp_path / "one")
     # torch's own thread count here: forked workers must not inherit OpenMP threads (they hung)
     r = run_curi(
-        *args, f"out={tmp_path / 'n'}", "workers=2", "threads=null", cwd=tmp_path, timeout=150
+        *args, f"out={tmp_path / 'n'}", "workers=2", "threads=null", cwd=tmp_path, timeout=600
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert _tree(tmp_path / "n") == _tree(tmp_path / "one")

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import sparse
 
 from curi.errors import ConfigError, SplitError
 from curi.extension_predictors import ExtensionIndex, leave_group_out
@@ -136,6 +135,8 @@ def adversarial_splits(
     Each `Split.info` holds the structure `s`, the threshold tau, the structures held out, the
     test share and the mean easiness of its test concepts.
     """
+    from scipy import sparse
+
     opt = options or AdversarialOptions()
     pred = VARIANTS[opt.variant]
     concepts = list(bank.concepts)

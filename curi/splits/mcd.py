@@ -29,9 +29,9 @@ import logging
 import multiprocessing as mp
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from curi import validate
 from curi.compounds import COMPOUND_KINDS
@@ -44,6 +44,9 @@ from curi.splits.rules import register_split_rule
 from curi.splits.spec import SplitSpec
 
 __all__ = ["McdOptions", "mcd_units"]
+
+if TYPE_CHECKING:  # scipy is imported where a split is generated: a command's check needs none
+    from scipy import sparse
 
 log = logging.getLogger(__name__)
 DA_PENALTY = 20.0  # objective cost per unit of D_A above max_da
@@ -164,6 +167,8 @@ class _Units:
     atoms and the number of concepts holding each atom (dense: a bank has a few dozen atoms)."""
 
     def __init__(self, bank, compounds: str, weighting: str) -> None:
+        from scipy import sparse
+
         index = bank_index(bank, compound_kind=compounds)
         groups = np.asarray(bank.groups)
         self.ids, self.of_concept = np.unique(groups, return_inverse=True)

@@ -19,7 +19,7 @@ from curi.splits import Split, make_split
 from curi.tasks.draw import Pools, classify, draw_candidates, draw_context_rule, pick_balanced
 from curi.tasks.replies import RULE_KINDS, Hypotheses, RuleRows, compress_groups, relation
 
-__all__ = ["HYPOTHESES", "Request", "RuleTask", "RuleTaskSampler"]
+__all__ = ["HYPOTHESES", "Request", "RuleTask", "RuleTaskSampler", "check_rule_options"]
 
 HYPOTHESES = ("strong", "weak")
 
@@ -105,6 +105,44 @@ class RuleTask:
         }
 
 
+def check_rule_options(
+    *,
+    hypotheses: str,
+    theta: float,
+    rule_rate: float,
+    kinds: Sequence[str],
+    scene_requests: int,
+    rules_per_kind: int,
+    context_rules: int,
+    candidates: int,
+    prior: str,
+    likelihood: str,
+) -> dict:
+    """The options of `RuleTaskSampler` that need no bank, checked (the numbers as ints and
+    floats, `kinds` as a tuple); cheap, so `curi rules` checks them before opening the bank.
+
+    Raises:
+        ConfigError: an unknown option or a value out of range, naming the key.
+    """
+    validate.choice(hypotheses, "hypotheses", HYPOTHESES)
+    validate.choice(prior, "prior", PRIORS)
+    validate.choice(likelihood, "likelihood", LIKELIHOODS)
+    kinds = tuple(kinds)
+    for k in kinds:
+        validate.choice(k, "kinds", RULE_KINDS)
+    if len(set(kinds)) != len(kinds):
+        raise ConfigError(f"kinds must not repeat, got {list(kinds)}")
+    return {
+        "kinds": kinds,
+        "theta": validate.number(theta, "theta", low=0.5, high=1.0, open_low=True),
+        "rule_rate": validate.number(rule_rate, "rule_rate", low=0.0, high=1.0),
+        "scene_requests": validate.integer(scene_requests, "scene_requests", low=0, high=1000),
+        "rules_per_kind": validate.integer(rules_per_kind, "rules_per_kind", low=0, high=100),
+        "context_rules": validate.integer(context_rules, "context_rules", low=0, high=16),
+        "candidates": validate.integer(candidates, "candidates", low=1, high=1000),
+    }
+
+
 class RuleTaskSampler:
     """Rule-query tasks of one subset of a split: ``sampler[i]`` is task i.
 
@@ -160,20 +198,21 @@ class RuleTaskSampler:
         likelihood: str = "size_principle",
         size: int | None = None,
     ):
-        validate.choice(hypotheses, "hypotheses", HYPOTHESES)
-        validate.choice(prior, "prior", PRIORS)
-        validate.choice(likelihood, "likelihood", LIKELIHOODS)
-        self.kinds = tuple(kinds)
-        for k in self.kinds:
-            validate.choice(k, "kinds", RULE_KINDS)
-        if len(set(self.kinds)) != len(self.kinds):
-            raise ConfigError(f"kinds must not repeat, got {list(self.kinds)}")
-        self.theta = validate.number(theta, "theta", low=0.5, high=1.0, open_low=True)
-        self.rule_rate = validate.number(rule_rate, "rule_rate", low=0.0, high=1.0)
-        self.scene_requests = validate.integer(scene_requests, "scene_requests", low=0, high=1000)
-        self.rules_per_kind = validate.integer(rules_per_kind, "rules_per_kind", low=0, high=100)
-        self.num_context_rules = validate.integer(context_rules, "context_rules", low=0, high=16)
-        self.candidates = validate.integer(candidates, "candidates", low=1, high=1000)
+        c = check_rule_options(
+            hypotheses=hypotheses,
+            theta=theta,
+            rule_rate=rule_rate,
+            kinds=kinds,
+            scene_requests=scene_requests,
+            rules_per_kind=rules_per_kind,
+            context_rules=context_rules,
+            candidates=candidates,
+            prior=prior,
+            likelihood=likelihood,
+        )
+        self.kinds, self.theta, self.rule_rate = c["kinds"], c["theta"], c["rule_rate"]
+        self.scene_requests, self.rules_per_kind = c["scene_requests"], c["rules_per_kind"]
+        self.num_context_rules, self.candidates = c["context_rules"], c["candidates"]
         split = split if isinstance(split, Split) else make_split(bank, split)
         self.episodes = EpisodeSampler(bank, split, subset, negatives, seed, size=size)
         self.bank, self.split, self.subset = bank, split, subset

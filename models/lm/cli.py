@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi import validate
-from curi.core_cli import open_bank_from_config
+from curi.core_cli import check_bank_of, open_bank_from_config, required
 from curi.errors import ConfigError
 from curi.paths import output_path
 
@@ -32,30 +32,44 @@ def lm(cfg: DictConfig) -> None:
     print("\n".join(lines))
 
 
-def _required(cfg: DictConfig, key: str, what: str, example: str) -> None:
-    if OmegaConf.is_missing(cfg, key) or cfg[key] in (None, ""):
-        raise ConfigError(f"{key}= is required: {what} (`{example}`)")
+def _splits(cfg: DictConfig) -> list:
+    """The splits of an export: ``split=`` alone when given, else ``splits=``."""
+    one = cfg.get("split")
+    return [one] if one is not None else list(cfg.splits)
 
 
+def _check_export(cfg: DictConfig) -> None:
+    from curi.models.lm.lengths import check_tokenizer
+
+    required(cfg, "out", "the task folder to write", "curi lm export out=DIR")
+    output_path(cfg.out, folder=True)
+    validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
+    validate.seed(cfg.seed)
+    validate.integer(cfg.eval_scenes, "eval_scenes", low=0, high=10**6)
+    if cfg.get("max_length") is not None:
+        validate.integer(cfg.max_length, "max_length", low=1, high=10**8)
+        if cfg.get("tokenizer") is None:
+            raise ConfigError("max_length= needs tokenizer=PATH (the model's tokenizer)")
+    if cfg.get("tokenizer") is not None:
+        check_tokenizer(cfg.tokenizer)
+    if cfg.get("episodes"):
+        from curi.export import check_episode_file
+
+        check_episode_file(cfg.episodes)
+    else:
+        validate.splits(OmegaConf.to_container(cfg.splits, resolve=True))
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_export)
 def lm_export(cfg: DictConfig) -> None:
     """Write an lm-evaluation-harness task folder: one task per split and kind of negatives."""
     from curi.models.lm.export import export_tasks
     from curi.models.lm.lengths import check_context
     from curi.splits import make_split
 
-    _required(cfg, "out", "the task folder to write", "curi lm export out=DIR")
-    output_path(cfg.out, folder=True)
-    n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
-    seed = validate.seed(cfg.seed)
-    eval_scenes = validate.integer(cfg.eval_scenes, "eval_scenes", low=0, high=10**6)
-    max_length = cfg.get("max_length")
-    if max_length is not None:
-        max_length = validate.integer(max_length, "max_length", low=1, high=10**8)
-    if max_length is not None and cfg.get("tokenizer") is None:
-        raise ConfigError("max_length= needs tokenizer=PATH (the model's tokenizer)")
     bank = open_bank_from_config(cfg)
-    one = cfg.get("split")
-    specs = [] if cfg.get("episodes") else [one] if one is not None else list(cfg.splits)
+    specs = [] if cfg.get("episodes") else _splits(cfg)
     splits = [make_split(bank, OmegaConf.to_container(s, resolve=True) if not isinstance(s, str)
                          else s) for s in specs]  # fmt: skip
     path = export_tasks(
@@ -63,64 +77,84 @@ def lm_export(cfg: DictConfig) -> None:
         splits,
         cfg.out,
         negatives=list(cfg.negatives),
-        n=n,
-        seed=seed,
+        n=int(cfg.n),
+        seed=int(cfg.seed),
         subset=cfg.subset,
         wording=cfg.wording,
         answers=list(cfg.answers),
-        eval_scenes=eval_scenes,
+        eval_scenes=int(cfg.eval_scenes),
         progress=cfg.progress,
         episode_file=cfg.get("episodes"),
     )
     report = {"tasks": str(Path(cfg.out)), "manifest": str(path)}
     if cfg.get("tokenizer") is not None:
+        max_length = cfg.get("max_length")
+        max_length = None if max_length is None else int(max_length)
         report["lengths"] = check_context(cfg.out, cfg.tokenizer, max_length)
     print(json.dumps(report, indent=1))
 
 
+def _check_compare(cfg: DictConfig) -> None:
+    from curi.models.lm.compare import read_results
+    from curi.models.lm.task import read_manifest
+
+    required(cfg, "results", "lm-eval's output folder", "curi lm compare results=DIR tasks=DIR")
+    required(cfg, "tasks", "the task folder of `curi lm export`", "curi lm compare tasks=DIR")
+    if cfg.get("out"):
+        output_path(cfg.out, folder=False)
+    read_manifest(cfg.tasks)
+    read_results(cfg.results)
+    validate.seed(cfg.seed)
+    check_bank_of(cfg)
+
+
+@validate.checked(_check_compare)
 def lm_compare(cfg: DictConfig) -> None:
     """A model's lm-eval results beside the strong, weak, prior-only and random oracles."""
     from curi.atomic import write_text
     from curi.models.lm.compare import compare, format_table
 
-    _required(cfg, "results", "lm-eval's output folder", "curi lm compare results=DIR tasks=DIR")
-    _required(cfg, "tasks", "the task folder of `curi lm export`", "curi lm compare tasks=DIR")
-    out = output_path(cfg.out, folder=False) if cfg.get("out") else None
     bank = open_bank_from_config(cfg)
     rows = compare(
         bank,
         cfg.tasks,
         cfg.results,
-        seed=validate.seed(cfg.seed),
+        seed=int(cfg.seed),
         prior=cfg.prior,
         likelihood=cfg.likelihood,
     )
     table = format_table(rows)
-    if out is not None:
-        write_text(out, json.dumps(rows, indent=1) + "\n")
+    if cfg.get("out"):
+        write_text(cfg.out, json.dumps(rows, indent=1) + "\n")
     print(table)
 
 
+def _check_rules(cfg: DictConfig) -> None:
+    from curi.renderers.rules_cli import check_rule_config
+
+    required(cfg, "out", "the task folder to write", "curi lm rules out=DIR")
+    validate.integer(cfg.max_gen_toks, "max_gen_toks", low=1, high=10**4)
+    validate.splits(OmegaConf.to_container(cfg.splits, resolve=True))
+    check_rule_config(cfg)
+
+
+@validate.checked(_check_rules)
 def lm_rules(cfg: DictConfig) -> None:
     """Write the rule-query tasks of `curi rules` as lm-evaluation-harness generation tasks."""
     from curi.models.lm.rules import export_rule_tasks_lm
     from curi.renderers.rules_cli import read_rules
     from curi.splits import make_split
 
-    _required(cfg, "out", "the task folder to write", "curi lm rules out=DIR")
-    output_path(cfg.out, folder=True)
-    n = validate.integer(cfg.n, "n", low=1, high=validate.MAX_EPISODES)
-    tokens = validate.integer(cfg.max_gen_toks, "max_gen_toks", low=1, high=10**4)
-    user_rules = read_rules(cfg.rules) if cfg.rules else None  # before building a bank
+    n, tokens = int(cfg.n), int(cfg.max_gen_toks)
+    user_rules = read_rules(cfg.rules) if cfg.rules else None
     bank = open_bank_from_config(cfg)
-    one = cfg.get("split")
-    specs = [one] if one is not None else list(cfg.splits)
+    specs = _splits(cfg)
     splits = [make_split(bank, OmegaConf.to_container(s, resolve=True) if not isinstance(s, str)
                          else s) for s in specs]  # fmt: skip
     path = export_rule_tasks_lm(
         bank, splits, cfg.out, n=n, instructions=cfg.instructions, max_gen_toks=tokens,
         progress=cfg.progress, subset=cfg.subset, negatives=cfg.negatives,
-        seed=validate.seed(cfg.seed), hypotheses=cfg.hypotheses, theta=cfg.theta,
+        seed=int(cfg.seed), hypotheses=cfg.hypotheses, theta=cfg.theta,
         rule_rate=cfg.rule_rate, kinds=list(cfg.kinds), scene_requests=cfg.scene_requests,
         rules_per_kind=cfg.rules_per_kind, context_rules=cfg.context_rules,
         candidates=cfg.candidates, rules=user_rules, prior=cfg.prior, likelihood=cfg.likelihood,

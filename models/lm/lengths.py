@@ -4,6 +4,7 @@ model cuts a longer prompt from the left (the first support examples) with only 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +12,35 @@ import numpy as np
 from curi.errors import ConfigError
 from curi.models.lm.task import doc_to_text, read_manifest, read_table
 
-__all__ = ["check_context", "load_tokenizer", "prompt_lengths"]
+__all__ = ["check_context", "check_tokenizer", "load_tokenizer", "prompt_lengths"]
+
+# A name of a model on the Hugging Face Hub: ``name`` or ``owner/name`` (letters, digits,
+# ``-``, ``_``, ``.``); anything else given as a tokenizer is a path.
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def check_tokenizer(path: str | Path) -> None:
+    """Refuse a tokenizer path that names nothing: a file or folder that is not there and that
+    cannot be a model's name on the Hub either (``transformers`` then says "Repo id must be in
+    the form ..."). Cheap, so `curi lm export` checks it before its work.
+
+    Raises:
+        ConfigError: naming the path.
+    """
+    p = Path(path).expanduser()
+    if p.exists():
+        return
+    if str(path).endswith(".json") or not _HUB_NAME.fullmatch(str(path)):
+        raise ConfigError(
+            f"tokenizer={path} does not exist; give a tokenizer.json, a folder a "
+            "tokenizer was saved to, or a model's name on the Hugging Face Hub"
+        )
 
 
 def load_tokenizer(path: str | Path):
     """A tokenizer: a ``tokenizer.json`` file (`tokenizers`) or a folder or name that
     ``transformers.AutoTokenizer`` opens. Returns a function text list -> token counts."""
+    check_tokenizer(path)
     p = Path(path).expanduser()
     try:
         if p.is_file():
