@@ -18,6 +18,7 @@ from curi.core_cli import check_bank_of, job_launcher, open_bank_from_config, re
 from curi.jobs import sweep_lock
 from curi.models.checkpoint import checkpoint_file
 from curi.models.config import RunConfig, check_eval_options
+from curi.models.torchrun import torchrun_env
 from curi.paths import inside
 
 __all__ = ["baselines", "baselines_collect", "difficulty", "evaluate", "train"]
@@ -46,6 +47,7 @@ def run_config(cfg: DictConfig) -> RunConfig:
 
 def _check_train(cfg: DictConfig) -> None:
     run_config(cfg)
+    torchrun_env()  # a bad torchrun environment fails before a bank is built or opened
     check_bank_of(cfg)
     if cfg.resume is not None:
         checkpoint_file(cfg.resume, last=True)
@@ -54,11 +56,9 @@ def _check_train(cfg: DictConfig) -> None:
 @validate.checked(_check_train)
 def train(cfg: DictConfig) -> None:
     """Train a prototypical network; checkpoints, metrics and TensorBoard logs."""
-    from curi.models.runtime import torchrun_env
     from curi.models.train import train as train_run
 
     run = run_config(cfg)
-    torchrun_env()  # a bad torchrun environment fails before a bank is built or opened
     if cfg.get("build"):  # asked for: build a missing bank first (else training refuses it)
         open_bank(run.bank, run.data_dir, progress=cfg.progress, build=True)
     summary = train_run(run, run_dir=Path(cfg.output_dir), resume=cfg.resume, progress=cfg.progress)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import signal
 import threading
 from collections.abc import Iterator, Mapping
@@ -20,6 +19,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from curi.errors import ConfigError
+from curi.models.torchrun import torchrun_env
 from curi.signals import Interrupted, handling
 
 if TYPE_CHECKING:
@@ -156,54 +156,6 @@ class Runtime:
             dist.destroy_process_group()
 
 
-def _env_int(name: str, default: int | None = None) -> int | None:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer; torchrun sets it") from None
-
-
-def _env_in(name: str, value: int, low: int, high: int, why: str) -> None:
-    if not low <= value <= high:
-        raise ConfigError(f"{name}={value} is outside {low}..{high} ({why}); start with torchrun")
-
-
-def torchrun_env() -> tuple[int, int, int]:
-    """``(WORLD_SIZE, RANK, LOCAL_RANK)`` of this process as ``torchrun`` sets them, checked
-    before any rendezvous (a rank no process group can hold would wait there for torch's
-    30-minute timeout): ``(1, 0, 0)`` without ``WORLD_SIZE``.
-
-    Raises:
-        ConfigError: a value that is not an integer, ``WORLD_SIZE`` below 1, ``WORLD_SIZE`` > 1
-            without ``RANK``, ``MASTER_ADDR`` or ``MASTER_PORT``, ``RANK`` outside
-            0..WORLD_SIZE-1, a negative ``LOCAL_RANK``, ``MASTER_PORT`` outside 1..65535.
-    """
-    world = _env_int("WORLD_SIZE", 1)
-    if world < 1:
-        raise ConfigError(
-            f"WORLD_SIZE={world} must be at least 1 (the number of processes); start the "
-            "processes with torchrun, or unset WORLD_SIZE to train in one process"
-        )
-    if world == 1:
-        return 1, 0, 0
-    if not dist.is_initialized():
-        missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
-        if missing:
-            raise ConfigError(
-                f"WORLD_SIZE={world} but {', '.join(missing)} not set: start the processes "
-                "with torchrun (docs/cluster.md), or unset WORLD_SIZE to train in one process"
-            )
-        _env_in("MASTER_PORT", _env_int("MASTER_PORT"), 1, 65535, "a TCP port")
-    rank = _env_int("RANK", None if not dist.is_initialized() else dist.get_rank())
-    local = _env_int("LOCAL_RANK", 0)
-    _env_in("RANK", rank, 0, world - 1, f"one rank per process, WORLD_SIZE={world}")
-    _env_in("LOCAL_RANK", local, 0, world - 1, "the process's place on its node")
-    return world, rank, local
-
-
 def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None) -> Runtime:
     """The `Runtime` of this process, joining the ``torchrun`` process group when
     ``WORLD_SIZE`` > 1 (NCCL on CUDA, gloo on the CPU). The global ``RANK`` orders the
@@ -219,7 +171,7 @@ def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None
         ConfigError: an unknown device, CUDA asked for but not available, a torchrun
             environment `torchrun_env` refuses, or more processes on a node than GPUs.
     """
-    world, rank, local = torchrun_env()
+    world, rank, local = torchrun_env(dist.get_rank() if dist.is_initialized() else None)
     base = resolve_device(device)
     owns = False
     if world > 1:

@@ -330,9 +330,11 @@ def test_bad_configs_are_clear_errors(tiny_bank_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"train.steps must be an integer in \[1, "):
         models_cli.train(_train_cfg(tiny_bank_dir, tmp_path, "train.steps=0"))
     with pytest.raises(ConfigError, match="checkpoint=<run dir"):
-        models_cli.evaluate(_compose("eval", [f"output_dir={tmp_path}"]))
+        models_cli.evaluate.check(_compose("eval", [f"output_dir={tmp_path}"]))  # as curi.cli
     with pytest.raises(ConfigError, match="checkpoint not found"):
-        models_cli.evaluate(_compose("eval", [f"checkpoint={tmp_path}", f"output_dir={tmp_path}"]))
+        models_cli.evaluate.check(
+            _compose("eval", [f"checkpoint={tmp_path}", f"output_dir={tmp_path}"])
+        )
     with pytest.raises(ConfigError, match="unknown device"):
         resolve_device("tpu")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
