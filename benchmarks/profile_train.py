@@ -34,7 +34,7 @@ from curi.models.data import StepBatchSampler, concept_max_len, make_renderer
 from curi.models.decoder import ConceptTokenizer
 from curi.models.pipeline import compact_batch, render_batch
 from curi.models.runtime import Runtime, autocast, resolve_device, to_device
-from curi.models.train import train_loader
+from curi.models.train_batches import train_loader
 from curi.renderers.base import pack_scenes
 from curi.splits import make_split
 

@@ -114,7 +114,7 @@ def _count_and_hash(texts: list[str]) -> list[tuple[int, bytes]]:
 
 
 def _row_key(row: np.ndarray) -> bytes:
-    """The key the bank groups synonyms by (`curi.bank._synonym_groups`)."""
+    """The key the bank groups synonyms by (`curi.bank_build._synonym_groups`)."""
     return hashlib.blake2b(np.ascontiguousarray(row).tobytes(), digest_size=16).digest()
 
 

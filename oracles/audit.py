@@ -27,29 +27,20 @@ from curi import validate
 from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, EpisodeSampler
 from curi.errors import ConfigError
 from curi.oracles.audit_features import FEATURE_GROUPS, feature_groups, scene_features
-from curi.oracles.metrics import average_precision_batch, class_balanced_accuracy_batch
+from curi.oracles.metrics import (
+    average_precision_batch,
+    class_balanced_accuracy_batch,
+    roc_auc,
+)
 from curi.rng import derive_rng
 from curi.splits import Split, make_split
 
-__all__ = ["MIN_EPISODES", "episode_auc", "run_audit", "audit_split", "markdown"]
+__all__ = ["MIN_EPISODES", "run_audit", "audit_split", "markdown"]
 
 log = logging.getLogger("curi")
 
 MIN_EPISODES = {"train": 20, "test": 10}  # fewer: a tree on a handful of concepts, a noisy AUC
 MAX_AUDIT_EPISODES = 10**6
-
-
-def episode_auc(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """(E,) ROC AUC of each row: the share of (positive, negative) pairs of the row ordered
-    right, ties counting one half; NaN for a row without both classes."""
-    s = np.asarray(scores, np.float64)
-    y = np.asarray(labels).astype(bool)
-    gt = (s[:, :, None] > s[:, None, :]).astype(np.float64)
-    gt += 0.5 * (s[:, :, None] == s[:, None, :])
-    pairs = y[:, :, None] & ~y[:, None, :]  # (E, M, M): i positive, j negative
-    n = pairs.sum((1, 2))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (gt * pairs).sum((1, 2)) / n
 
 
 def _episode_arrays(sampler: EpisodeSampler, support: bool, desc: str, progress: bool):
@@ -86,13 +77,13 @@ def _importance(model, x: np.ndarray, y: np.ndarray, auc: float, seed: int, tag:
         perm = derive_rng(seed, f"audit-permute:{tag}:{g}", 0).permutation(len(x))
         xp = x.copy()
         xp[:, cols] = x[perm][:, cols]
-        out[g] = auc - float(np.nanmean(episode_auc(_scores(model, xp, y.shape), y)))
+        out[g] = auc - float(np.nanmean(roc_auc(_scores(model, xp, y.shape), y)))
     return out
 
 
 def _metrics(p: np.ndarray, y: np.ndarray) -> dict:
     return {
-        "auc": float(np.nanmean(episode_auc(p, y))),
+        "auc": float(np.nanmean(roc_auc(p, y))),
         "cba": float(np.nanmean(class_balanced_accuracy_batch(p, y, threshold=0.5))),
         "map": float(np.mean(average_precision_batch(p, y))),
     }
@@ -140,9 +131,7 @@ def audit_split(
     with threadpool_limits(threads):  # (OpenMP on a busy 2-core host: 1 thread fits 8x faster)
         model.fit(x_tr, tr_y.ravel())
         p = _scores(model, x_te, te_y.shape)
-        importance = _importance(
-            model, x_te, te_y, float(np.nanmean(episode_auc(p, te_y))), seed, tag
-        )
+        importance = _importance(model, x_te, te_y, float(np.nanmean(roc_auc(p, te_y))), seed, tag)
     row = {"split": split.name, "negatives": negatives, "negative_sampler": negative_sampler}
     row.update(_metrics(p, te_y))
     rng = derive_rng(seed, f"audit-chance:{tag}", 0)

@@ -14,7 +14,11 @@ from curi import validate
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
 from curi.oracles.eval_set import EvalSet
-from curi.oracles.metrics import class_balanced_accuracy_batch, oracle_average_precision
+from curi.oracles.metrics import (
+    class_balanced_accuracy_batch,
+    oracle_average_precision,
+    roc_auc,
+)
 from curi.oracles.policies import Oracle
 from curi.posterior import predictive_on
 from curi.rng import derive_rng
@@ -30,25 +34,9 @@ __all__ = [
     "concept_sample",
     "easy_labels",
     "oracle_outcomes",
-    "roc_auc",
     "split_correlations",
     "stratified_auc",
 ]
-
-
-def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
-    """Area under the ROC curve of `scores` for binary `labels`: the probability that a random
-    positive scores above a random negative, ties counting one half (Mann-Whitney U from
-    average ranks). NaN when one class is empty."""
-    from scipy import stats  # imported on first use: `curi difficulty` checks its config first
-
-    s = np.asarray(scores, np.float64)
-    y = np.asarray(labels, bool)
-    n1, n0 = int(y.sum()), int((~y).sum())
-    if n1 == 0 or n0 == 0:
-        return float("nan")
-    ranks = stats.rankdata(s)  # average ranks for ties
-    return float((ranks[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
 def stratified_auc(scores, labels, strata) -> float:

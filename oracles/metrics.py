@@ -28,6 +28,7 @@ __all__ = [
     "oracle_scores",
     "pooled_class_balanced_accuracy",
     "random_average_precision",
+    "roc_auc",
 ]
 
 # Elements (rows x columns) handled at once by the batched AP: 8 to about 30 bytes of scratch
@@ -427,3 +428,21 @@ def random_average_precision(rng: np.random.Generator, n_pos: int, m: int) -> fl
     exactly: the positives' ranks are a uniform random `n_pos`-subset of the `m` ranks."""
     ranks = np.sort(rng.choice(m, size=n_pos, replace=False)) + 1
     return float(np.mean(np.arange(1, n_pos + 1) / ranks))
+
+
+def roc_auc(scores: ArrayLike, labels: ArrayLike) -> float | np.ndarray:
+    """Area under the ROC curve of `scores` for binary `labels` along the last axis: the
+    probability that a random positive scores above a random negative, ties counting one half
+    (Mann-Whitney U from average ranks). One row gives a float, (..., M) arrays an array of
+    (...); NaN for a row without both classes."""
+    from scipy import stats  # imported on first use: commands check their config first
+
+    s = np.asarray(scores, np.float64)
+    y = np.asarray(labels).astype(bool)
+    n1 = y.sum(-1)
+    n0 = y.shape[-1] - n1
+    ranks = stats.rankdata(s, axis=-1)  # average ranks for ties
+    u = np.where(y, ranks, 0.0).sum(-1) - n1 * (n1 + 1) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auc = u / (n1 * n0)
+    return float(auc) if auc.ndim == 0 else auc

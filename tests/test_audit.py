@@ -8,14 +8,14 @@ import pytest
 from conftest import run_curi
 
 from curi import ConfigError, make_split
-from curi.oracles.audit import episode_auc, markdown, run_audit
+from curi.oracles.audit import markdown, run_audit
 from curi.oracles.audit_features import (
     FEATURE_GROUPS,
     feature_groups,
     feature_names,
     scene_features,
 )
-from curi.oracles.difficulty_auc import roc_auc
+from curi.oracles.metrics import roc_auc
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 
 
@@ -48,15 +48,20 @@ def test_features_match_a_plain_loop_over_records(tiny_bank):
     np.testing.assert_array_equal(cols, np.arange(len(feature_names())))  # a partition
 
 
-def test_episode_auc_is_the_auc_of_each_row():
+def test_roc_auc_of_rows_is_the_share_of_pairs_ordered_right():
+    """Each row's AUC (the audit's per-episode AUC) equals the share of its (positive,
+    negative) pairs ordered right, ties one half, to the bit; one row gives a float."""
     rng = np.random.default_rng(0)
     s = rng.integers(0, 4, size=(30, 25)).astype(float)  # ties on purpose
     y = np.zeros((30, 25), np.int8)
     y[:, :5] = 1
-    y = np.take_along_axis(y, rng.random((30, 25)).argsort(1), 1)
-    want = [roc_auc(a, b) for a, b in zip(s, y, strict=True)]
-    np.testing.assert_allclose(episode_auc(s, y), want)
-    assert np.isnan(episode_auc(s[:1], np.zeros((1, 25))))[0]
+    y = np.take_along_axis(y, rng.random((30, 25)).argsort(1), 1).astype(bool)
+    gt = (s[:, :, None] > s[:, None, :]) + 0.5 * (s[:, :, None] == s[:, None, :])
+    pairs = y[:, :, None] & ~y[:, None, :]
+    want = (gt * pairs).sum((1, 2)) / pairs.sum((1, 2))
+    np.testing.assert_array_equal(roc_auc(s, y), want)
+    assert roc_auc(s[0], y[0]) == want[0] and isinstance(roc_auc(s[0], y[0]), float)
+    assert np.isnan(roc_auc(s[:1], np.zeros((1, 25))))[0]
 
 
 SMALL = {"train_episodes": 40, "test_episodes": 20, "max_iter": 10, "progress": False}

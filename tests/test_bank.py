@@ -140,12 +140,12 @@ def test_missing_corrupt_and_mismatched_banks(tiny_bank_dir, tmp_path):
 
 
 def test_interrupted_build_leaves_nothing_that_loads(tmp_path, monkeypatch):
-    import curi.bank as bank_mod
+    import curi.bank_build as build_mod
 
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bank_mod, "_synonym_groups", boom)
+    monkeypatch.setattr(build_mod, "_synonym_groups", boom)
     cfg = BankConfig(name="small", num_scenes=2000, num_draws=2000, workers=1)
     with pytest.raises(KeyboardInterrupt):
         build_bank(cfg, tmp_path, progress=False)

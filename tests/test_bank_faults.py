@@ -465,7 +465,9 @@ DRIVER = r"""
 import logging, os, shutil, sys, time
 from pathlib import Path
 logging.basicConfig(level=logging.INFO, format="%(message)s")
+logging.getLogger("curi.bank").setLevel(logging.DEBUG)  # "reusing" is a DEBUG line
 import curi.bank as bank
+import curi.bank_build as bank_build
 data, name, force, hook, marker = sys.argv[1:6]
 cfg = bank.BankConfig(name=name, num_scenes=2000, num_draws=4000, seed=0, workers=1)
 
@@ -474,16 +476,16 @@ def hang():
     time.sleep(60)
 
 if hook == "slow":  # a build that goes on until told (a second one starts meanwhile)
-    groups = bank._synonym_groups
+    groups = bank_build._synonym_groups
     def slow(rows):
         Path(marker).touch()
         end = time.monotonic() + 60
         while not Path(marker + ".go").exists() and time.monotonic() < end:
             time.sleep(0.02)
         return groups(rows)
-    bank._synonym_groups = slow
+    bank_build._synonym_groups = slow
 elif hook == "mid_build":
-    bank._synonym_groups = lambda rows: hang()
+    bank_build._synonym_groups = lambda rows: hang()
 elif hook == "after_aside":  # the old bank moved aside, the new one not yet renamed in
     rename = os.rename
     def hooked(src, dst, *a, **k):

@@ -20,10 +20,10 @@ from curi.oracles.difficulty_auc import (
     auc_table,
     easy_labels,
     oracle_outcomes,
-    roc_auc,
     split_correlations,
     stratified_auc,
 )
+from curi.oracles.metrics import roc_auc
 
 
 def _brute_auc(s, y, strata=None):

@@ -264,7 +264,7 @@ def test_device_sampler_with_a_cosine_rate_resumes_exactly(tiny_bank_dir, tmp_pa
 
 def test_device_sampler_feeds_image_scenes_too(tiny_bank):
     """The device stream renders image scenes from the drawn ids, as the loader does."""
-    from curi.models.train import train_loader
+    from curi.models.train_batches import train_loader
 
     s = TrainSettings(steps=2, batch_size=2, num_workers=0, sampler="device")
     run = RunConfig(bank=tiny_bank.config, modality={"name": "image"}, train=s, device="cpu")

@@ -19,7 +19,7 @@ from curi.models.data import EpisodeBatches, EpisodeDataset, StepBatchSampler
 from curi.models.decoder import ConceptTokenizer
 from curi.models.pipeline import LiveScenes, RenderAhead, compact_batch, pass_batch
 from curi.models.runtime import start_runtime
-from curi.models.train import train_loader
+from curi.models.train_batches import train_loader
 from curi.renderers import Renderer, get_renderer, list_renderers
 from curi.renderers.base import Packed, Rendered, pack_records, pack_scenes
 

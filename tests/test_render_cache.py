@@ -17,7 +17,8 @@ from curi.errors import ConfigError
 from curi.models import RunConfig, TrainSettings, make_renderer, start_runtime
 from curi.models.cache import CachedScenes, cache_identity, open_render_cache
 from curi.models.pipeline import LiveScenes
-from curi.models.train import train, train_loader
+from curi.models.train import train
+from curi.models.train_batches import train_loader
 
 IMAGE = {"name": "image", "width": 16, "height": 16}
 
