@@ -24,7 +24,7 @@ import torch
 
 from curi.atomic import atomic_dir, atomic_path, remove, write_text
 from curi.errors import CuriError
-from curi.export import EpisodeFileError, count_episodes, read_episode_file
+from curi.export import EpisodeFileError, card_path, count_episodes, read_episode_file
 from curi.export.parts import (
     Part,
     check_jobs,
@@ -297,7 +297,7 @@ def _render_in_jobs(
 
     from curi.jobs import Job, Launcher
 
-    source = path if path.is_file() else path.with_name(path.name + ".card.md")
+    source = path if path.is_file() else card_path(path)
     stat = source.stat() if source.is_file() else None
     settings = {
         "curi_render_parts": 1,
