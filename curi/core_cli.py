@@ -153,7 +153,7 @@ def _check_episodes(cfg: DictConfig) -> None:
         check_media,
         check_render_options,
     )
-    from curi.export_parts import check_jobs, check_staging
+    from curi.export.parts import check_jobs, check_staging
 
     check_export_options(cfg.n, cfg.shard_size, cfg.seed)
     out = check_export_path(cfg.out)
@@ -173,7 +173,7 @@ def episodes(cfg: DictConfig) -> None:
     import dataclasses
 
     from curi.export import check_export_path, check_render_options, export_episodes, get_media
-    from curi.export_parts import check_jobs, check_staging
+    from curi.export.parts import check_jobs, check_staging
 
     out_path = check_export_path(cfg.out)
     workers, threads = check_render_options(cfg.workers, cfg.threads)

@@ -19,7 +19,7 @@ from curi.core_cli import (
     split_from_config,
 )
 from curi.errors import ConfigError
-from curi.export_parts import check_jobs, check_staging
+from curi.export.parts import check_jobs, check_staging
 from curi.paths import output_path
 
 __all__ = ["render_episodes", "show"]

@@ -24,8 +24,8 @@ import torch
 
 from curi.atomic import atomic_dir, atomic_path, remove, write_text
 from curi.errors import CuriError
-from curi.export import EpisodeFileError, count_episodes, read_episode_file
-from curi.export_parts import (
+from curi.export import EpisodeFileError, card_path, count_episodes, read_episode_file
+from curi.export.parts import (
     Part,
     check_jobs,
     parts_folder,
@@ -212,7 +212,7 @@ def render_episode_file(
             (a `curi.jobs.Launcher`; None: one after another in this process) in its own
             process with the launcher's threads; each job records its index entries in a part
             of the hidden staging folder ``.<out name>.parts/`` beside `out`
-            (`curi.export_parts`), reused by the next call with the same settings, and this
+            (`curi.export.parts`), reused by the next call with the same settings, and this
             process then writes `METADATA` and ``index.json``: the same files as one job.
 
     Returns:
@@ -297,7 +297,7 @@ def _render_in_jobs(
 
     from curi.jobs import Job, Launcher
 
-    source = path if path.is_file() else path.with_name(path.name + ".card.md")
+    source = path if path.is_file() else card_path(path)
     stat = source.stat() if source.is_file() else None
     settings = {
         "curi_render_parts": 1,

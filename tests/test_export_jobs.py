@@ -9,9 +9,10 @@ import pytest
 from conftest import run_curi
 
 import curi.export
+import curi.export.write
 from curi.errors import ConfigError, CuriError
 from curi.export import export_episodes, read_episode_file
-from curi.export_parts import staging_folder
+from curi.export.parts import staging_folder
 from curi.jobs import Launcher
 from curi.renderers.rerender import media
 from curi.splits import make_split
@@ -66,7 +67,7 @@ def test_submitit_jobs_give_the_single_job_export(tiny_bank, split, tmp_path):
     assert not staging_folder(out).exists()
 
 
-_EXPORT_RANGE = curi.export._export_range
+_EXPORT_RANGE = curi.export.write._export_range
 
 
 def _recording(monkeypatch, fail: int | None = None) -> list[int]:
@@ -80,7 +81,7 @@ def _recording(monkeypatch, fail: int | None = None) -> list[int]:
             raise RuntimeError("the renderer ran out of memory")
         return _EXPORT_RANGE(*args)
 
-    monkeypatch.setattr(curi.export, "_export_range", job)
+    monkeypatch.setattr(curi.export.write, "_export_range", job)
     return calls
 
 
@@ -330,7 +331,7 @@ def test_a_forged_part_with_a_valid_marker_is_refused_in_one_line(
 ):
     """Another part's episodes under a marker rewritten to match them: the digest agrees, so
     publishing reads the episodes' keys and stops at the first out of place."""
-    from curi.export_parts import Part
+    from curi.export.parts import Part
 
     out = tmp_path / "eps.jsonl"
     first = _parts_left(tiny_bank, split, out, monkeypatch)[0]

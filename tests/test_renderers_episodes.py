@@ -16,7 +16,7 @@ import curi.renderers.rerender as rerender
 from curi import EpisodeSampler, make_split
 from curi.errors import CuriError
 from curi.export import EpisodeFileError, export_episodes
-from curi.export_parts import staging_folder
+from curi.export.parts import staging_folder
 from curi.renderers import get_renderer
 from curi.renderers.image import ImageRenderer
 from curi.renderers.png import save_png

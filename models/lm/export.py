@@ -187,19 +187,15 @@ def _from_file(bank, path, wording) -> tuple[list[dict], dict]:
     written from the file's scene records, and its card's front matter ({} without one).
 
     Raises:
-        EpisodeFileError: a file `curi.export.read_episode_file` refuses.
+        EpisodeFileError: a file `curi.export.read_episode_file` refuses, or a card
+            `curi.export.read_card` refuses.
         BankError: episodes whose scene ids are not these scenes of `bank`.
     """
-    import yaml
-
     from curi.errors import BankError
-    from curi.export import read_episode_file
+    from curi.export import read_card, read_episode_file
 
     path = Path(path).expanduser()
-    card = path.with_name(path.name + ".card.md")
-    meta = {}
-    if card.is_file() and card.read_text().startswith("---\n"):
-        meta = yaml.safe_load(card.read_text().split("\n---\n", 1)[0][4:]) or {}
+    meta = read_card(path) or {}
     eps = list(read_episode_file(path))
     keys = ("shape", "color", "material", "size", "x", "y")
     for e in eps:
