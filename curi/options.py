@@ -17,8 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from curi.errors import ConfigError, did_you_mean
+from curi.errors import ConfigError, OptionError, did_you_mean
 from curi.presets import conf_dir, list_presets
+from curi.validate import not_one_of
 
 __all__ = [
     "Options",
@@ -227,7 +228,7 @@ def _check_choice(key: str, default, value) -> None:
     for item in value if isinstance(value, list) else [value]:
         if not (item in names and not isinstance(item, bool) or number and _is_number(item)):
             more = " or a number" if number else " or null" if default is None else ""
-            raise ConfigError(f"{key} must be one of {', '.join(names)}{more}, got {item!r}")
+            raise OptionError(not_one_of(key, item, names, more))
 
 
 def _check_value(key: str, default, value):

@@ -25,6 +25,7 @@ from curi.concepts import parse
 from curi.extension_predictors import EXTENSION_PREDICTORS, ExtensionIndex, extension_easiness
 from curi.rng import derive_rng
 from curi.structures import CONTEXTS, PC_ONLY, SIB_ONLY, StructureIndex
+from curi.validate import choice
 
 __all__ = [
     "EXTENSIONS",
@@ -174,10 +175,10 @@ def easiness(
         One easiness in [0, 1] per test concept.
 
     Raises:
-        ValueError: unknown variant or n. ConceptError: a string does not parse.
+        OptionError: an unknown variant (a ValueError). ValueError: a bad n. ConceptError: a
+            string does not parse.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    choice(variant, "variant", VARIANTS)
     base = VARIANTS[variant]
     pred = dataclasses.replace(base, n=n)
     train, test = list(train), list(test)
