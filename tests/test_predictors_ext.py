@@ -117,7 +117,7 @@ def test_leave_group_out_is_the_split_score_with_every_other_group(tiny_bank, in
         rest = np.flatnonzero(groups != g)
         one = extension_easiness(index, rest, members[:1], ["ext-neg"], seed=2, draws=DRAWS)
         assert scores[members] == pytest.approx(one["ext-neg"][0])  # one score per group
-    with pytest.raises(ValueError, match="leave_group_out scores"):
+    with pytest.raises(ValueError, match="name must be one of ext-neg, ext-left, ext-pos, got"):
         leave_group_out(index, "ext-nn")
 
 
