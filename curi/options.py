@@ -186,11 +186,10 @@ def _attr(module: str, name: str):
 # Dotted option -> where its values are declared (the library's own tables), each imported only
 # when an option of that name is checked. threshold: the names of
 # oracles.difficulty_auc.auc_table, a layer the core does not import.
-_PRED = "curi.predictors"
 _CHOICES: dict[str, Callable[[], tuple]] = {
     "prior": lambda: _attr("curi.posterior", "PRIORS"),
     "likelihood": lambda: _attr("curi.posterior", "LIKELIHOODS"),
-    "negatives": lambda: _attr("curi.episodes", "NEGATIVES"),
+    "negatives": lambda: _attr("curi.posterior", "NEGATIVES"),
     "query_negatives": lambda: _attr("curi.episodes", "QUERY_NEGATIVES"),
     "negative_sampler": lambda: _attr("curi.episodes", "NEGATIVE_SAMPLERS"),
     "subset": lambda: _attr("curi.splits.base", "SUBSETS"),
@@ -198,9 +197,7 @@ _CHOICES: dict[str, Callable[[], tuple]] = {
     "kinds": lambda: _attr("curi.tasks.replies", "RULE_KINDS"),
     "mcd.compounds": lambda: _attr("curi.compounds", "COMPOUND_KINDS"),
     "media": lambda: tuple(_attr("curi.export", "list_media")()),
-    "predictors": lambda: tuple(
-        v for table in ("PREDICTORS", "COMBINED", "EXTENSIONS") for v in _attr(_PRED, table)
-    ),
+    "predictors": lambda: _attr("curi.predictors", "PREDICTOR_NAMES"),
     "threshold": lambda: ("median", "pooled_median", float),
 }
 

@@ -30,6 +30,7 @@ from curi.validate import choice
 __all__ = [
     "EXTENSIONS",
     "PREDICTORS",
+    "PREDICTOR_NAMES",
     "VARIANTS",
     "EasinessResult",
     "Predictor",
@@ -98,6 +99,8 @@ COMBINED = {"cooc-frac+len": "cooc-frac", "4-LS-frac+len": "4-LS-frac"}
 #: CURI extensions from what a learner sees (`curi.extension_predictors`): the test concept's
 #: extension against the training concepts'; they need the bank (``predictor_scores(bank=)``).
 EXTENSIONS = tuple(EXTENSION_PREDICTORS)
+#: every name `predictor_scores` takes (the ``predictors`` option of ``curi difficulty``)
+PREDICTOR_NAMES = (*PREDICTORS, *COMBINED, *EXTENSIONS)
 
 
 @dataclass
@@ -232,13 +235,12 @@ def predictor_scores(
         nearest training concept of each test concept.
 
     Raises:
-        ValueError: an unknown predictor name, or an extension predictor without `bank`.
+        OptionError: an unknown predictor name (a ValueError). ValueError: an extension
+            predictor without `bank`.
     """
-    known = [*PREDICTORS, *COMBINED, *EXTENSIONS]
     names = list(predictors or [*PREDICTORS, *COMBINED, *(EXTENSIONS if bank is not None else ())])
-    unknown = set(names) - set(known)
-    if unknown:
-        raise ValueError(f"unknown predictors {sorted(unknown)}; use {known}")
+    for name in names:
+        choice(name, "predictors", PREDICTOR_NAMES)
     ext_names = [n for n in names if n in EXTENSIONS]
     if ext_names and bank is None and extensions is None:
         raise ValueError(f"predictors {ext_names} read the bank's extensions: pass bank=")

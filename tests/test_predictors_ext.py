@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from curi import make_split
+from curi.errors import OptionError
 from curi.extension_predictors import (
     NUM_NEGATIVES,
     NUM_POSITIVES,
@@ -139,5 +140,5 @@ def test_registered_in_predictor_scores(tiny_bank, index):
     assert set(plain["boolean"]) == {"2-LS"}
     with pytest.raises(ValueError, match=r"read the bank's extensions: pass bank="):
         predictor_scores(tiny_bank.concepts, splits, predictors=["ext-neg"])
-    with pytest.raises(ValueError, match="unknown predictors"):
+    with pytest.raises(OptionError, match=r"^predictors must be one of .*, got 'ext-nope' \(did"):
         predictor_scores(tiny_bank.concepts, splits, predictors=["ext-nope"], bank=tiny_bank)
