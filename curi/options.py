@@ -185,7 +185,7 @@ def _attr(module: str, name: str):
 
 # Dotted option -> where its values are declared (the library's own tables), each imported only
 # when an option of that name is checked. threshold: the names of
-# oracles.difficulty_auc.auc_table, a layer the core does not import.
+# oracles.difficulty_auc.auc_table, which declares no tuple of them yet (the one copy left).
 _CHOICES: dict[str, Callable[[], tuple]] = {
     "prior": lambda: _attr("curi.posterior", "PRIORS"),
     "likelihood": lambda: _attr("curi.posterior", "LIKELIHOODS"),
