@@ -19,10 +19,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from curi.compounds import COMPOUND_KINDS, TOP_N, _groups, dbca_entries
+from curi.compounds import COMMUTATIVE, COMPOUND_KINDS, TOP_N, _groups, dbca_entries
 from curi.concepts import Concept, Node, parse
 from curi.prior import length_log_prior
 from curi.rng import derive_rng
+from curi.validate import choice
 
 __all__ = [
     "COMMUTATIVE",
@@ -42,7 +43,6 @@ __all__ = [
     "split_divergences",
 ]
 
-COMMUTATIVE = ("and", "or", "=")
 WEIGHTINGS = ("length", "uniform")
 ATOM_ALPHA = 0.5  # D_A = 1 - C_0.5 (symmetric)
 COMPOUND_ALPHA = 0.1  # D_C = 1 - C_0.1 (train first: dominated by the test distribution)
@@ -239,8 +239,7 @@ def _divergence(c: float) -> float:
 
 
 def _check_weighting(weighting: str) -> None:
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    choice(weighting, "weighting", WEIGHTINGS)
 
 
 def _expand(
@@ -282,10 +281,7 @@ class DivergenceIndex:
     ) -> None:
         if len(concepts) == 0:
             raise ValueError("a DivergenceIndex needs at least one concept")
-        if compound_kind not in COMPOUND_KINDS:
-            raise ValueError(
-                f"compound_kind must be one of {COMPOUND_KINDS}, got {compound_kind!r}"
-            )
+        choice(compound_kind, "compound_kind", COMPOUND_KINDS)
         self.compound_kind = compound_kind
         cache: dict[ConceptLike, int] = {}
         first: list[int] = []  # position of each concept's first equal item

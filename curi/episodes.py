@@ -13,15 +13,16 @@ import numpy as np
 from curi import validate
 from curi.bits import select_bits, set_bits
 from curi.errors import ConfigError
+from curi.posterior import NEGATIVES, NUM_NEGATIVES, NUM_POSITIVES
 from curi.rng import DerivedStream
 from curi.splits import Split, make_split
+from curi.splits.base import SUBSETS
 from curi.validate import MAX_EPISODES, choice
 
 __all__ = ["Episode", "EpisodeSampler", "PAPER_SIZES", "NEGATIVES", "NEGATIVE_SAMPLERS"]
 
-PAPER_SIZES = {"train": 500_000, "val": 5_000, "test": 20_000}
-NEGATIVES = ("hard", "easy")
-QUERY_NEGATIVES = ("hard", "easy", "random")
+PAPER_SIZES = {"train": 500_000, "val": 5_000, "test": 20_000}  # by subset (`SUBSETS`)
+QUERY_NEGATIVES = (*NEGATIVES, "random")
 #: How negatives are drawn: ``paper`` (Appendix D, the default) or ``matched`` (the same pools,
 #: each negative with the object count and number of distinct colours of a positive:
 #: docs/fidelity.md, "Shortcut audit")
@@ -155,8 +156,8 @@ class EpisodeSampler:
         seed: int = 0,
         *,
         query_negatives: str | None = None,
-        num_positives: int = 5,
-        num_negatives: int = 20,
+        num_positives: int = NUM_POSITIVES,
+        num_negatives: int = NUM_NEGATIVES,
         size: int | None = None,
         shuffle: bool = True,
         negative_sampler: str = "paper",
@@ -165,7 +166,7 @@ class EpisodeSampler:
         choice(negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
         query_negatives = query_negatives or negatives
         choice(query_negatives, "query_negatives", QUERY_NEGATIVES)
-        choice(subset, "subset", PAPER_SIZES)
+        choice(subset, "subset", SUBSETS)
         self.bank = bank
         self.split = split if isinstance(split, Split) else make_split(bank, split)
         self.subset = subset

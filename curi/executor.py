@@ -31,6 +31,7 @@ from curi.scenes import (
     Scenes,
     records_to_props,
 )
+from curi.validate import choice
 
 __all__ = ["LOCATION_BINS", "BitScenes", "evaluate", "execute"]
 
@@ -93,8 +94,7 @@ class BitScenes:
     ) -> BitScenes:
         """Build planes from columnar arrays: n_objects (N,), props (N, 5, 6) with location
         bins 1..8; `location_bins` says how location literals read (`LOCATION_BINS`)."""
-        if location_bins not in LOCATION_BINS:
-            raise ValueError(f"location_bins must be one of {LOCATION_BINS}, got {location_bins!r}")
+        choice(location_bins, "location_bins", LOCATION_BINS)
         n = len(n_objects)
         props = np.asarray(props)
         slot_ok = np.arange(MAX_OBJECTS)[None, :] < np.asarray(n_objects)[:, None]  # (N, 5)

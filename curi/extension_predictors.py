@@ -31,11 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from curi.bits import pack_rows, select_bits, transpose_blocks, unpack_rows
+from curi.posterior import NUM_NEGATIVES, NUM_POSITIVES
 from curi.rng import derive_rng
+from curi.validate import choice
 
 __all__ = [
     "EXTENSION_PREDICTORS",
     "NUM_DRAWS",
+    "SUPPORT_PREDICTORS",
     "ExtensionIndex",
     "extension_easiness",
     "leave_group_out",
@@ -52,11 +55,11 @@ EXTENSION_PREDICTORS = {
     "ext-neg": "ext-left x weighted agreement of the training concepts that survive the "
     "hard negatives",
 }
-NUM_POSITIVES = 5  # a support set's positives (CURI paper, section 3)
-NUM_NEGATIVES = 20  # and its negatives
 NUM_DRAWS = 4  # draws of positives per concept (8 gave the same AUCs, docs/fidelity.md)
 SAMPLE_SCENES = 16384  # scenes on which the negatives' pool is counted
 _CHUNK = 4096  # evaluation scenes unpacked at once: (chunk, H) booleans
+#: the predictors `leave_group_out` scores (those of a support set), the default first
+SUPPORT_PREDICTORS = ("ext-neg", "ext-left", "ext-pos")
 _SUPPORT = {"ext-pos": 0, "ext-left": 1, "ext-neg": 2}  # rows of `_support_scores`
 
 
@@ -197,8 +200,7 @@ def leave_group_out(
     Args:
         name: ``ext-pos``, ``ext-left`` or ``ext-neg``.
     """
-    if name not in _SUPPORT:
-        raise ValueError(f"leave_group_out scores {sorted(_SUPPORT)}, got {name!r}")
+    choice(name, "name", SUPPORT_PREDICTORS)
     groups = np.asarray(index.bank.groups)
     _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
     every = np.arange(len(groups))

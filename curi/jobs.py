@@ -33,6 +33,7 @@ from typing import Any
 
 from curi.atomic import exclusive, remove
 from curi.errors import ConfigError
+from curi.validate import choice
 
 __all__ = [
     "LAUNCHERS",
@@ -112,11 +113,7 @@ class Launcher:
     wait: bool = True
 
     def __post_init__(self) -> None:
-        if self.name not in LAUNCHERS:
-            raise ConfigError(
-                f"unknown launcher {self.name!r}; known: {', '.join(LAUNCHERS)} "
-                "(hydra/launcher=NAME)"
-            )
+        choice(self.name, "hydra/launcher", LAUNCHERS)
         check_options(self.name, self.options)
         if self.name == "submitit_slurm" and not self.options.get("partition"):
             raise ConfigError(
@@ -200,8 +197,7 @@ def check_installed(name: str) -> None:
     Raises:
         ConfigError: ``hydra/launcher=ray needs Ray: pip install "curi[ray]"``.
     """
-    if name not in LAUNCHERS:
-        raise ConfigError(f"unknown launcher {name!r}; known: {', '.join(LAUNCHERS)}")
+    choice(name, "hydra/launcher", LAUNCHERS)
     extra, modules = LAUNCHERS[name]
     missing = [m for m in modules if not _importable(m)]
     if missing:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from curi.errors import ConfigError, did_you_mean
+from curi.errors import ConfigError, OptionError, did_you_mean
 from curi.presets import conf_dir, list_presets
+from curi.validate import not_one_of
 
 __all__ = [
     "Options",
@@ -184,12 +185,11 @@ def _attr(module: str, name: str):
 
 # Dotted option -> where its values are declared (the library's own tables), each imported only
 # when an option of that name is checked. threshold: the names of
-# oracles.difficulty_auc.auc_table, a layer the core does not import.
-_PRED = "curi.predictors"
+# oracles.difficulty_auc.auc_table, which declares no tuple of them yet (the one copy left).
 _CHOICES: dict[str, Callable[[], tuple]] = {
     "prior": lambda: _attr("curi.posterior", "PRIORS"),
     "likelihood": lambda: _attr("curi.posterior", "LIKELIHOODS"),
-    "negatives": lambda: _attr("curi.episodes", "NEGATIVES"),
+    "negatives": lambda: _attr("curi.posterior", "NEGATIVES"),
     "query_negatives": lambda: _attr("curi.episodes", "QUERY_NEGATIVES"),
     "negative_sampler": lambda: _attr("curi.episodes", "NEGATIVE_SAMPLERS"),
     "subset": lambda: _attr("curi.splits.base", "SUBSETS"),
@@ -197,9 +197,7 @@ _CHOICES: dict[str, Callable[[], tuple]] = {
     "kinds": lambda: _attr("curi.tasks.replies", "RULE_KINDS"),
     "mcd.compounds": lambda: _attr("curi.compounds", "COMPOUND_KINDS"),
     "media": lambda: tuple(_attr("curi.export", "list_media")()),
-    "predictors": lambda: tuple(
-        v for table in ("PREDICTORS", "COMBINED", "EXTENSIONS") for v in _attr(_PRED, table)
-    ),
+    "predictors": lambda: _attr("curi.predictors", "PREDICTOR_NAMES"),
     "threshold": lambda: ("median", "pooled_median", float),
 }
 
@@ -227,7 +225,7 @@ def _check_choice(key: str, default, value) -> None:
     for item in value if isinstance(value, list) else [value]:
         if not (item in names and not isinstance(item, bool) or number and _is_number(item)):
             more = " or a number" if number else " or null" if default is None else ""
-            raise ConfigError(f"{key} must be one of {', '.join(names)}{more}, got {item!r}")
+            raise OptionError(not_one_of(key, item, names, more))
 
 
 def _check_value(key: str, default, value):

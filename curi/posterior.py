@@ -11,9 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from curi.bits import pack_rows, unpack_rows
+from curi.validate import choice
 
 __all__ = [
     "LIKELIHOODS",
+    "NEGATIVES",
+    "NUM_NEGATIVES",
+    "NUM_POSITIVES",
     "PRIORS",
     "Posterior",
     "Posteriors",
@@ -25,7 +29,9 @@ __all__ = [
 
 PRIORS = ("log_linear", "pcfg")
 LIKELIHOODS = ("size_principle", "consistent")
-NEGATIVES = ("hard", "easy")
+NEGATIVES = ("hard", "easy")  # how a support set's negatives are drawn (paper, section 3)
+NUM_POSITIVES = 5  # a support set's positives (paper, section 3)
+NUM_NEGATIVES = 20  # and its negatives
 
 
 def consistent_words(
@@ -72,7 +78,7 @@ class Posterior:
         negatives: ``hard`` or ``easy``: which size-principle form applies.
 
     Raises:
-        ValueError: an unknown prior, likelihood or negatives option.
+        OptionError: an unknown prior, likelihood or negatives option (a ValueError).
     """
 
     def __init__(
@@ -84,12 +90,9 @@ class Posterior:
         likelihood: str = "size_principle",
         negatives: str = "hard",
     ):
-        if prior not in PRIORS:
-            raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
-        if likelihood not in LIKELIHOODS:
-            raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
-        if negatives not in NEGATIVES:
-            raise ValueError(f"negatives must be 'hard' or 'easy', got {negatives!r}")
+        choice(prior, "prior", PRIORS)
+        choice(likelihood, "likelihood", LIKELIHOODS)
+        choice(negatives, "negatives", NEGATIVES)
         self.bank = bank
         n = len(bank)
         member = np.zeros(n, bool)

@@ -25,10 +25,12 @@ from curi.concepts import parse
 from curi.extension_predictors import EXTENSION_PREDICTORS, ExtensionIndex, extension_easiness
 from curi.rng import derive_rng
 from curi.structures import CONTEXTS, PC_ONLY, SIB_ONLY, StructureIndex
+from curi.validate import choice
 
 __all__ = [
     "EXTENSIONS",
     "PREDICTORS",
+    "PREDICTOR_NAMES",
     "VARIANTS",
     "EasinessResult",
     "Predictor",
@@ -97,6 +99,8 @@ COMBINED = {"cooc-frac+len": "cooc-frac", "4-LS-frac+len": "4-LS-frac"}
 #: CURI extensions from what a learner sees (`curi.extension_predictors`): the test concept's
 #: extension against the training concepts'; they need the bank (``predictor_scores(bank=)``).
 EXTENSIONS = tuple(EXTENSION_PREDICTORS)
+#: every name `predictor_scores` takes (the ``predictors`` option of ``curi difficulty``)
+PREDICTOR_NAMES = (*PREDICTORS, *COMBINED, *EXTENSIONS)
 
 
 @dataclass
@@ -174,10 +178,10 @@ def easiness(
         One easiness in [0, 1] per test concept.
 
     Raises:
-        ValueError: unknown variant or n. ConceptError: a string does not parse.
+        OptionError: an unknown variant (a ValueError). ValueError: a bad n. ConceptError: a
+            string does not parse.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    choice(variant, "variant", VARIANTS)
     base = VARIANTS[variant]
     pred = dataclasses.replace(base, n=n)
     train, test = list(train), list(test)
@@ -231,13 +235,12 @@ def predictor_scores(
         nearest training concept of each test concept.
 
     Raises:
-        ValueError: an unknown predictor name, or an extension predictor without `bank`.
+        OptionError: an unknown predictor name (a ValueError). ValueError: an extension
+            predictor without `bank`.
     """
-    known = [*PREDICTORS, *COMBINED, *EXTENSIONS]
     names = list(predictors or [*PREDICTORS, *COMBINED, *(EXTENSIONS if bank is not None else ())])
-    unknown = set(names) - set(known)
-    if unknown:
-        raise ValueError(f"unknown predictors {sorted(unknown)}; use {known}")
+    for name in names:
+        choice(name, "predictors", PREDICTOR_NAMES)
     ext_names = [n for n in names if n in EXTENSIONS]
     if ext_names and bank is None and extensions is None:
         raise ValueError(f"predictors {ext_names} read the bank's extensions: pass bank=")

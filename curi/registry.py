@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from curi.errors import CuriError, OptionError
+from curi.errors import CuriError, OptionError, did_you_mean
 
 __all__ = ["Registry"]
 
@@ -88,7 +88,8 @@ class Registry(Generic[T]):
         """
         key = self._resolve(name)
         if key not in self._entries:
-            raise self.error(f"unknown {self.kind} {name!r}; choose one of {self.names()}")
+            hint = did_you_mean(self._key(name), self.names())
+            raise self.error(f"unknown {self.kind} {name!r}{hint}; choose one of {self.names()}")
         return self._entries[key]
 
     def options(self, name: str) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from curi.rng import derive_rng
+from curi.validate import choice
 
 __all__ = [
     "SHAPES",
@@ -20,6 +21,7 @@ __all__ = [
     "RADII",
     "MAX_OBJECTS",
     "LAYOUTS",
+    "PROPERTY_VALUES",
     "Camera",
     "Scenes",
     "sample_scenes",
@@ -48,7 +50,7 @@ MIN_OBJECTS = 2
 NUM_BINS = 8
 # Column order of `Scenes.props`: the six discrete properties the concept language reads.
 PROPERTIES = ("shape", "color", "material", "size", "locationX", "locationY")
-_VOCAB = {"shape": SHAPES, "color": COLORS, "material": MATERIALS, "size": SIZES}
+PROPERTY_VALUES = {"shape": SHAPES, "color": COLORS, "material": MATERIALS, "size": SIZES}
 
 
 @dataclass(frozen=True)
@@ -192,11 +194,11 @@ def records_to_props(records: list[dict], *, min_objects: int = 1) -> tuple[np.n
         for k, o in enumerate(objs):
             for j, name in enumerate(PROPERTIES[:4]):
                 try:
-                    props[i, k, j] = _VOCAB[name].index(o[name])
+                    props[i, k, j] = PROPERTY_VALUES[name].index(o[name])
                 except ValueError:
                     raise ValueError(
                         f"record {i} object {k}: unknown {name} {o[name]!r}; "
-                        f"expected one of {_VOCAB[name]}"
+                        f"expected one of {PROPERTY_VALUES[name]}"
                     ) from None
             for j, key in ((4, "x"), (5, "y")):
                 v = int(o[key])
@@ -286,8 +288,7 @@ def sample_scenes(
     """
     if num_scenes < 1:
         raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    choice(layout, "layout", LAYOUTS)
     camera = camera or Camera()
     axes = _ground_axes(camera) if layout == "clevr" else None
     n_chunks = -(-num_scenes // chunk)

@@ -16,6 +16,7 @@ import numpy as np
 
 from curi.concepts import Concept, Node, parse
 from curi.divergence import canonical_tree
+from curi.validate import choice
 
 __all__ = [
     "CONTEXTS",
@@ -133,10 +134,9 @@ def local_structures(
         ``(shape, labels)`` tuples, e.g. ``("pc", ("exists=", "and"))``.
 
     Raises:
-        ValueError: unknown kind or n. ConceptError: the string does not parse.
+        OptionError: unknown kind or n (a ValueError). ConceptError: the string does not parse.
     """
-    if n not in SHAPES:
-        raise ValueError(f"n must be 2, 3 or 4, got {n!r}")
+    choice(n, "n", SHAPES)
     if kind == "tree":
         allowed = frozenset(SHAPES[n]) if shapes is None else frozenset(shapes) & set(SHAPES[n])
         return _tree_structures(program_graph(concept), allowed)
@@ -146,7 +146,8 @@ def local_structures(
     if kind == "cooc":
         syms = sorted(set(program_graph(concept).labels) - {ROOT})
         return [("co", (a, b)) for i, a in enumerate(syms) for b in syms[i + 1 :]]
-    raise ValueError(f"kind must be one of {STRUCTURE_KINDS}, got {kind!r}")
+    choice(kind, "kind", STRUCTURE_KINDS)
+    raise AssertionError(f"kind {kind!r} is declared but not handled")
 
 
 def _context_triples(concept: str | Concept, kind: str) -> list[tuple[str, str, str]]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from curi.errors import ConfigError, SplitError
+from curi.errors import ConfigError, OptionError, SplitError, did_you_mean
 from curi.paths import regular_file
 from curi.presets import list_presets, load_preset
 
@@ -24,6 +24,7 @@ __all__ = [
     "integer",
     "number",
     "choice",
+    "not_one_of",
     "seed",
     "splits",
     "checked",
@@ -90,16 +91,37 @@ def number(
     return v
 
 
-def choice(value, name: str, options: Iterable):
-    """`value` when it is one of `options`.
+def choice(value, name: str, options: Iterable, *, error: type[OptionError] = OptionError):
+    """`value` when it is one of `options`: the one check of every closed set of option values
+    (each declared once, as a tuple beside the code that reads it), from Python and from the
+    command line alike (`curi.options` checks a config against the same tuples).
+
+    Args:
+        error: `OptionError` or a subclass (`curi.errors.SplitOptionError` in a split rule).
 
     Raises:
-        ConfigError: naming `name`, the value and the options.
+        OptionError: (a `ConfigError` and a `ValueError`) naming `name`, the value, the
+            options and the closest of them (`not_one_of`).
     """
     options = tuple(options)
-    if isinstance(value, bool) or value not in options:
-        raise ConfigError(f"{name} must be one of {list(options)}, got {value!r}")
+    if isinstance(value, bool) or not _among(value, options):
+        raise error(not_one_of(name, value, options))
     return value
+
+
+def _among(value, options: tuple) -> bool:
+    try:
+        return value in options
+    except TypeError:  # an unhashable value against a dict's keys
+        return False
+
+
+def not_one_of(name: str, value, options: Iterable, more: str = "") -> str:
+    """The message of a value outside a closed set: ``prior must be one of log_linear, pcfg,
+    got 'pcfgg' (did you mean 'pcfg'?)``; `more` names what else is accepted (`` or null``)."""
+    names = [str(o) for o in options]
+    hint = did_you_mean(value, names) if isinstance(value, str) else ""
+    return f"{name} must be one of {', '.join(names)}{more}, got {value!r}{hint}"
 
 
 def seed(value, name: str = "seed") -> int:

@@ -14,6 +14,7 @@ from curi import validate
 from curi.bank import open_bank
 from curi.errors import ConfigError, known_options
 from curi.models.schedule import SCHEDULES
+from curi.posterior import NEGATIVES
 
 if TYPE_CHECKING:  # torch is imported where a run needs it: a config is checked without it
     import torch
@@ -270,7 +271,7 @@ class RunConfig:
             self, "embed_dim", validate.integer(self.embed_dim, "embed_dim", low=1, high=65536)
         )
         object.__setattr__(self, "seed", validate.seed(self.seed))
-        validate.choice(self.negatives, "negatives", ("hard", "easy"))
+        validate.choice(self.negatives, "negatives", NEGATIVES)
         if not isinstance(self.train, TrainSettings):
             raise ConfigError(
                 "train must be TrainSettings; build a run with RunConfig.from_mapping"

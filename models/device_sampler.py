@@ -32,6 +32,7 @@ from curi.models.device_bits import (
     popcount,
     select_bits,
 )
+from curi.posterior import NUM_NEGATIVES, NUM_POSITIVES
 from curi.rng import derive_rng
 
 __all__ = ["DeviceBank", "DeviceEpisodeSampler", "take_uniform"]
@@ -120,8 +121,8 @@ class DeviceEpisodeSampler:
         *,
         device: str | torch.device = "cpu",
         query_negatives: str | None = None,
-        num_positives: int = 5,
-        num_negatives: int = 20,
+        num_positives: int = NUM_POSITIVES,
+        num_negatives: int = NUM_NEGATIVES,
         negative_sampler: str = "paper",
         data: DeviceBank | None = None,
     ) -> None:

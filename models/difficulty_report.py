@@ -33,7 +33,7 @@ from curi.oracles.difficulty_auc import (
 )
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import average_precision_batch
-from curi.predictors import COMBINED, EXTENSIONS, PREDICTORS, predictor_scores
+from curi.predictors import PREDICTOR_NAMES, predictor_scores
 from curi.splits import Split, make_split
 
 __all__ = [
@@ -202,11 +202,9 @@ def difficulty_report(
             scored. SplitError: a split with fewer than two test concepts.
     """
     check_options(episodes=episodes, max_concepts=max_concepts)
-    known = [*PREDICTORS, *COMBINED, *EXTENSIONS]
-    names = list(predictors or known)
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ConfigError(f"unknown predictors {unknown}; use some of {', '.join(known)}")
+    names = list(predictors or PREDICTOR_NAMES)
+    for name in names:
+        validate.choice(name, "predictors", PREDICTOR_NAMES)
     resolved = [s if isinstance(s, Split) else make_split(bank, s) for s in splits]
     checkpoints = dict(checkpoints or {})
     unknown = set(checkpoints) - {s.name for s in resolved}

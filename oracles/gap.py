@@ -295,7 +295,7 @@ def check_gap_options(episodes, workers, seed) -> tuple[int, int, int]:
 def compositionality_gap(
     bank,
     splits=PAPER_SPLITS,
-    negatives=("hard", "easy"),
+    negatives=NEGATIVES,
     *,
     episodes: int = 20_000,
     prior: str = "log_linear",

@@ -17,9 +17,8 @@ import torch
 
 from curi.registry import Registry
 from curi.scenes import (
-    COLORS,
-    MATERIALS,
     MAX_OBJECTS,
+    PROPERTY_VALUES,
     RADII,
     SHAPES,
     SIZES,
@@ -40,8 +39,6 @@ __all__ = [
     "register_renderer",
     "to_uint8",
 ]
-
-_VOCAB = {"shape": SHAPES, "color": COLORS, "material": MATERIALS, "size": SIZES}
 
 
 @dataclass(frozen=True)
@@ -76,7 +73,7 @@ class Packed:
     def records(self) -> list[dict]:
         """The scenes as records (``{"objects": [...]}``) that `pack_records` packs back into
         the same arrays: the fallback of renderers that read records only."""
-        vocab = {k: np.asarray(v, object) for k, v in _VOCAB.items()}
+        vocab = {k: np.asarray(v, object) for k, v in PROPERTY_VALUES.items()}
         out = []
         for i in range(len(self)):
             k = np.flatnonzero(self.valid[i])
@@ -140,7 +137,7 @@ def pack_records(records: Sequence[dict]) -> Packed:
         if not 1 <= len(objs) <= MAX_OBJECTS:
             raise ValueError(f"record {i} has {len(objs)} objects; expected 1..{MAX_OBJECTS}")
         for k, o in enumerate(objs):
-            for j, (name, vocab) in enumerate(_VOCAB.items()):
+            for j, (name, vocab) in enumerate(PROPERTY_VALUES.items()):
                 try:
                     ints[j, i, k] = vocab.index(o[name])
                 except ValueError:

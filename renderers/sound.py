@@ -21,6 +21,7 @@ from curi.atomic import atomic_path
 from curi.renderers.base import Packed, Rendered, Renderer, pack_records, register_renderer
 from curi.renderers.sound_torch import TorchSound
 from curi.scenes import COLORS, SHAPES
+from curi.validate import choice
 
 __all__ = [
     "INSTRUMENTS",
@@ -369,8 +370,7 @@ class SoundRenderer(Renderer):
         self.config = SoundConfig(**options)
         self.config.check()
         self.device = _checked_device(device)
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        choice(backend, "backend", BACKENDS)
         if backend == "numpy" and self.device.type != "cpu":
             raise ValueError(f"backend=numpy renders on the CPU; use backend=torch on {device}")
         on_cpu = self.device.type == "cpu"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -19,8 +18,9 @@ from conftest import run_curi
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from curi import cli
 from curi.cli import _group_values, _literal, main
-from curi.errors import ConfigError
+from curi.errors import OptionError
 from curi.options import _flatten, check_config, choices, load_options
 from curi.presets import list_presets
 
@@ -225,15 +225,41 @@ def _nested(key: str, value) -> dict:
 
 @pytest.mark.parametrize(("command", "key"), _enumerated())
 def test_every_enumerated_option_refuses_a_value_outside_its_choices(command, key):
+    """Every declared closed set: each value passes, and a typo or a bool is one `OptionError`
+    line naming the option, the known values and, for the typo, the closest one."""
     opts = load_options(command.replace(".", "_"))
     default = dict(_flatten(opts.defaults))[key]
     valid = [0.5 if v is float else v for v in choices()[key]]  # float: any number
     for value in valid:  # every valid value passes, alone or in a list
         check_config(_nested(key, [value] if isinstance(default, list) else value), opts)
-    names = ", ".join(v for v in valid if isinstance(v, str))
-    for bad in ("nosuch", True):
-        with pytest.raises(ConfigError, match="^" + re.escape(f"{key} must be one of {names}")):
+    names = [v for v in valid if isinstance(v, str)]
+    typo = names[0] + names[0][-1]
+    for bad in (typo, True):
+        with pytest.raises(OptionError) as e:
             check_config(_nested(key, [bad] if isinstance(default, list) else bad), opts)
+        line = str(e.value)
+        assert "\n" not in line and line.startswith(f"{key} must be one of {', '.join(names)}")
+        assert f"got {bad!r}" in line
+        if bad == typo:
+            assert line.endswith(f"(did you mean {names[0]!r}?)"), line
+
+
+def test_the_library_and_the_command_line_refuse_a_value_alike(tiny_bank, tmp_path, monkeypatch):
+    """`curi.Posterior(bank, prior="pcfgg")` and `curi gap prior=pcfgg` raise the same class
+    with the same message (and suggestion); the command line prints it as its one line."""
+    from curi import Posterior
+
+    with pytest.raises(OptionError) as lib:
+        Posterior(tiny_bank, prior="pcfgg")
+    assert isinstance(lib.value, ValueError)
+    assert str(lib.value).endswith("(did you mean 'pcfg'?)")
+    failed = []
+    monkeypatch.setattr(cli, "_fail", lambda name, e: failed.append(e) or sys.exit(2))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["gap", "prior=pcfgg", f"data_dir={tmp_path / 'data'}"])
+    assert [(type(e), str(e)) for e in failed] == [(type(lib.value), str(lib.value))]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import curi.jobs as jobs_mod
-from curi.errors import ConfigError
+from curi.errors import ConfigError, OptionError
 from curi.jobs import Job, Launcher, call, check_installed, run_jobs
 
 JOBS = [
@@ -57,7 +57,7 @@ def test_submitit_local_runs_each_job_in_its_own_process(tmp_path):
 
 
 def test_launcher_settings_are_checked_in_one_line(monkeypatch):
-    with pytest.raises(ConfigError, match="unknown launcher 'nope'; known: basic"):
+    with pytest.raises(OptionError, match="^hydra/launcher must be one of basic, .*, got 'nope'"):
         Launcher("nope")
     with pytest.raises(ConfigError, match=r"has no options \['partition'\]; valid: cpus_per"):
         Launcher("submitit_local", {"partition": "gpu"})

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from curi.errors import ConfigError, SplitError
-from curi.extension_predictors import ExtensionIndex, leave_group_out
+from curi.errors import ConfigError, SplitError, SplitOptionError
+from curi.extension_predictors import SUPPORT_PREDICTORS, ExtensionIndex, leave_group_out
 from curi.paths import inside
 from curi.predictors import VARIANTS, _score
 from curi.rng import derive_rng
@@ -30,11 +30,13 @@ from curi.splits.rules import register_split_rule
 from curi.splits.saved import save_split
 from curi.splits.spec import SplitSpec
 from curi.structures import StructureIndex, symbol_similarity
+from curi.validate import choice
 
 __all__ = ["AdversarialOptions", "adversarial_splits", "extension_split"]
 
 BY = ("structures", "extensions")
-EXTENSION_RANKERS = ("ext-neg", "ext-left", "ext-pos")
+EXTENSION_RANKERS = SUPPORT_PREDICTORS  # those it can rank by
+RULE_VARIANTS = ("all", "nosib")  # the 2-LS variants (`curi.predictors.VARIANTS`) it ranks by
 
 log = logging.getLogger(__name__)
 
@@ -81,21 +83,12 @@ class AdversarialOptions:
     draws: int = 2
 
     def __post_init__(self) -> None:
-        if self.by not in BY:
-            raise SplitError(
-                f"rule adversarial: by must be one of {', '.join(BY)}, got {self.by!r}"
-            )
-        if self.predictor not in EXTENSION_RANKERS:
-            raise SplitError(
-                f"rule adversarial: predictor must be one of {', '.join(EXTENSION_RANKERS)}, "
-                f"got {self.predictor!r}"
-            )
+        bad = SplitOptionError  # a SplitError where a split is made, an OptionError like any
+        choice(self.by, "rule adversarial: by", BY, error=bad)
+        choice(self.predictor, "rule adversarial: predictor", EXTENSION_RANKERS, error=bad)
         if isinstance(self.draws, bool) or not isinstance(self.draws, int) or self.draws < 1:
             raise SplitError(f"rule adversarial: draws must be an integer >= 1, got {self.draws!r}")
-        if self.variant not in ("all", "nosib"):
-            raise SplitError(
-                f"rule adversarial: variant must be all or nosib, got {self.variant!r}"
-            )
+        choice(self.variant, "rule adversarial: variant", RULE_VARIANTS, error=bad)
         if not 0 < float(self.max_test_fraction) <= 1:
             raise SplitError("rule adversarial: max_test_fraction must lie in (0, 1]")
         for k in ("min_test", "top", "pick"):

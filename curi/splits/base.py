@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from curi.errors import SplitError
+from curi.errors import SplitError, SplitOptionError
 from curi.rng import derive_rng
+from curi.validate import choice
 
 __all__ = [
     "MAX_NAME_BYTES",
@@ -61,8 +62,7 @@ class Split:
 
     def subset(self, name: str) -> np.ndarray:
         """The indices of subset `name` (train, val or test)."""
-        if name not in SUBSETS:
-            raise SplitError(f"unknown subset {name!r}; use train, val or test")
+        choice(name, "subset", SUBSETS, error=SplitOptionError)
         return getattr(self, name)
 
     def sizes(self) -> dict[str, int]:

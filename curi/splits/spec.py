@@ -76,8 +76,7 @@ class SplitSpec:
                 f"split {name!r}: give the options of rule {entry.name!r} either as keywords or "
                 f"as one {entry.options.__name__}"
             )
-        if val not in VAL_POLICIES:
-            raise SplitError(f"split {name!r}: val must be one of {VAL_POLICIES}, got {val!r}")
+        validate.choice(val, f"split {name!r}: val", VAL_POLICIES, error=SplitOptionError)
         try:  # a seed of -1 or 1.5 is refused here, not truncated or failing later
             val_fraction = validate.number(val_fraction, "val_fraction")
             seed = validate.seed(seed)

@@ -15,6 +15,7 @@ import numpy as np
 
 from curi.concepts import parse
 from curi.errors import ConceptError
+from curi.validate import choice
 
 __all__ = [
     "CLASSES",
@@ -278,4 +279,5 @@ def _relate(h: np.ndarray, r: np.ndarray, kind: str):
         return ~(h & r).any(-1)
     if kind == "equals":
         return (h == r).all(-1)
-    raise ValueError(f"unknown rule kind {kind!r}; expected one of {RULE_KINDS}")
+    choice(kind, "kind", RULE_KINDS)
+    raise AssertionError(f"rule kind {kind!r} is declared but not handled")

@@ -17,6 +17,8 @@ from curi.errors import ConfigError, TextFormatError
 from curi.models.lm.prompt import REQUEST, parse_prompt
 from curi.models.lm.task import check_manifest, read_manifest
 from curi.scenes import records_to_props
+from curi.tasks.sampler import HYPOTHESES
+from curi.validate import choice
 
 __all__ = ["FLOOR", "OracleLM", "SceneIndex", "log_likelihoods"]
 
@@ -96,8 +98,7 @@ class OracleLM(LM):
         likelihood: str = "size_principle",
     ):
         super().__init__()
-        if policy not in ("strong", "weak"):
-            raise ConfigError(f"policy must be 'strong' or 'weak', got {policy!r}")
+        choice(policy, "policy", HYPOTHESES)  # the oracle's hypothesis set
         self.bank, self.folder, self.policy = bank, Path(tasks), policy
         self.manifest = read_manifest(self.folder)
         check_manifest(self.manifest, self.folder, bank)

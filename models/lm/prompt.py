@@ -15,6 +15,7 @@ import numpy as np
 from curi.errors import ConfigError, TextFormatError
 from curi.renderers.text import parse_input, scene_text
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
+from curi.validate import choice
 
 __all__ = [
     "DELIMITER",
@@ -88,8 +89,7 @@ _JOIN = {"full": "; ", "compact": " "}
 def scene_texts(bank, ids: Sequence[int], wording: str = "full") -> list[str]:
     """The text of the bank's scenes `ids` in a wording (``full``: the text of
     `curi.renderers.text.scene_text`), one clause table lookup per object."""
-    if wording not in WORDINGS:
-        raise ConfigError(f"wording must be one of {WORDINGS}, got {wording!r}")
+    choice(wording, "wording", WORDINGS)
     ids = np.asarray(ids, np.int64)
     counts = np.asarray(bank.scenes.n_objects)[ids].tolist()
     p = np.asarray(bank.scenes.props)[ids].astype(
