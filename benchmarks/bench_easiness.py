@@ -54,7 +54,7 @@ def main() -> None:
         "| predictors | extract structures (s) | score 9 splits (s) | total (s) |",
         "|---|---|---|---|",
     ]
-    runs = [("2-LS (seed rule)", ["2-LS"])]
+    runs = [("2-LS (Bogin et al.'s rule)", ["2-LS"])]
     if args.all:
         runs.append((f"all {len(PREDICTORS) + len(COMBINED)}", [*PREDICTORS, *COMBINED]))
     for label, names in runs:

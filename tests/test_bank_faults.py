@@ -282,7 +282,7 @@ def test_every_manifest_field_edit_is_refused(copy, manifest, original, how):
 
 
 def test_fields_that_size_the_bank_are_refused_even_resealed(copy, manifest, original):
-    """The issue's case: ``config.num_scenes`` changed loaded and failed later (IndexError)."""
+    """The audit's case: ``config.num_scenes`` changed loaded and failed later (IndexError)."""
     for path in [
         ("config", "num_scenes"),
         ("config", "eval_per_concept"),

@@ -139,7 +139,7 @@ def test_command_tabulates_runs_beside_the_paper_then_skips_them(
     assert row["config"] == "rn" and row["steps"] == 3
 
 
-def test_default_sweep_is_the_issues_table():
+def test_default_sweep_is_the_baseline_table():
     c = OmegaConf.to_container(_cfg("output_dir=/nonexistent"), resolve=True)
     plan = parse_baselines(c["configs"])
     runs = plan_runs(plan, bank=c["bank"], train=c["train"], out_dir="/o")

@@ -94,7 +94,7 @@ def test_top_n_keeps_the_heaviest():
 
 
 def reference_weights(roots, top_n):
-    """Seed 000's weights computed one occurrence at a time (the first, loop implementation),
+    """Keysers et al.'s weights computed one occurrence at a time (the first, loop implementation),
     as an independent check of the array version."""
     vocab, per_tree = {}, []
     occ_count, pair_count = Counter(), Counter()

@@ -201,7 +201,7 @@ def test_bad_input_raises_clear_errors():
         DivergenceIndex([])
 
 
-def test_chernoff_on_the_toy_distributions_of_seed_003():
+def test_chernoff_on_two_toy_distributions():
     keys = "abcd"
     p = dict(zip(keys, [0.001, 0.001, 0.998, 0.0], strict=True))
     q = dict(zip(keys, [0.4, 0.4, 0.0, 0.2], strict=True))

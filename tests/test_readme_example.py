@@ -65,3 +65,30 @@ def test_the_readme_says_what_a_new_user_meets():
     lm_docs = (Path(__file__).resolve().parents[1] / "docs" / "lm.md").read_text()
     for text in (readme_section("## Language models"), lm_docs):
         assert "HF_HUB_OFFLINE=1" in text
+
+
+# What a reader of the docs does not have: the tracker's issue numbers and the project's own
+# source files for the papers (cite the paper and its section instead).
+NOT_FOR_READERS = re.compile(
+    r"\bissues? \d+|\(issue\b|\bissue-\d+|shared/|\bseeds/|\bspec/|\bseeds? 0\d\d\b|\bseed-0\d\d\b"
+    r"|\bspec \d\b|(?-i:\b(?:CURI|DIVERGENCE|RULES)\.md\b)",
+    re.I,
+)
+
+
+def test_the_docs_stand_alone():
+    """README.md and docs/ cite neither issue numbers nor seed or spec files; the targets table
+    of docs/benchmarks.md has no issue number after a target."""
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            line = line.replace("=/shared/", "=/")  # a cluster's shared disk in examples
+            if hit := NOT_FOR_READERS.search(line):
+                found.append(f"{path.relative_to(root)}:{i}: {hit.group(0)!r}")
+    assert not found, "\n".join(found)
+    bench = (root / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    table = bench.split("## Targets at a glance", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in table.splitlines() if r.startswith("| ")]
+    assert rows and rows[0].startswith("| target |"), rows[:1]
+    assert not [r for r in rows if re.match(r"\| [^|]*\(\d+\) \|", r)]
