@@ -184,8 +184,7 @@ def _attr(module: str, name: str):
 
 
 # Dotted option -> where its values are declared (the library's own tables), each imported only
-# when an option of that name is checked. threshold: the names of
-# oracles.difficulty_auc.auc_table, which declares no tuple of them yet (the one copy left).
+# when an option of that name is checked.
 _CHOICES: dict[str, Callable[[], tuple]] = {
     "prior": lambda: _attr("curi.posterior", "PRIORS"),
     "likelihood": lambda: _attr("curi.posterior", "LIKELIHOODS"),
@@ -198,7 +197,7 @@ _CHOICES: dict[str, Callable[[], tuple]] = {
     "mcd.compounds": lambda: _attr("curi.compounds", "COMPOUND_KINDS"),
     "media": lambda: tuple(_attr("curi.export", "list_media")()),
     "predictors": lambda: _attr("curi.predictors", "PREDICTOR_NAMES"),
-    "threshold": lambda: ("median", "pooled_median", float),
+    "threshold": lambda: (*_attr("curi.predictors", "THRESHOLDS"), float),
 }
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "EXTENSIONS",
     "PREDICTORS",
     "PREDICTOR_NAMES",
+    "THRESHOLDS",
     "VARIANTS",
     "EasinessResult",
     "Predictor",
@@ -101,6 +102,9 @@ COMBINED = {"cooc-frac+len": "cooc-frac", "4-LS-frac+len": "4-LS-frac"}
 EXTENSIONS = tuple(EXTENSION_PREDICTORS)
 #: every name `predictor_scores` takes (the ``predictors`` option of ``curi difficulty``)
 PREDICTOR_NAMES = (*PREDICTORS, *COMBINED, *EXTENSIONS)
+#: How the difficulty report splits concepts into easy and hard by an outcome, besides a number
+#: (easy: outcome >= it): each split's median, or the median of all splits' concepts at once.
+THRESHOLDS = ("median", "pooled_median")
 
 
 @dataclass

@@ -21,6 +21,7 @@ from curi.oracles.metrics import (
 )
 from curi.oracles.policies import Oracle
 from curi.posterior import predictive_on
+from curi.predictors import THRESHOLDS
 from curi.rng import derive_rng
 from curi.splits import Split
 
@@ -146,6 +147,8 @@ def auc_table(
     """
     from scipy import stats
 
+    if isinstance(threshold, str):
+        validate.choice(threshold, "threshold", THRESHOLDS)
     rows = [r for r in rows if r.get(outcome) is not None and np.isfinite(r[outcome])]
     splits = sorted({r["split"] for r in rows})
     labels = np.zeros(len(rows), bool)

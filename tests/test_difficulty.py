@@ -206,3 +206,12 @@ def test_report_has_the_extension_predictors_and_the_nearest_training_concept(ti
     train = set(make_split(tiny_bank, "boolean").train.tolist())
     assert all(tiny_bank.concepts.index(r["nearest_train"]) in train for r in rows)
     assert {r["predictor"] for r in report["auc_oracle"]} == set(names)
+
+
+def test_a_misspelt_threshold_is_refused_with_a_suggestion():
+    """The threshold names are declared once (`curi.predictors.THRESHOLDS`) and checked by the
+    one check of closed sets; a typo used to fail later inside float()."""
+    from curi.errors import OptionError
+
+    with pytest.raises(OptionError, match=r"threshold must be one of .*\(did you mean 'median'"):
+        auc_table([], ["length"], "oracle_ap", threshold="medain")

@@ -194,3 +194,13 @@ def test_restarts_in_processes_show_their_growth(tiny_bank, monkeypatch):
     bars.clear()
     make_split(tiny_bank, {**cfg, "progress": False})
     assert all(not b.seen for b in bars)  # progress=False: nothing shown
+
+
+def test_a_bad_compound_kind_or_weighting_is_one_split_option_error():
+    from curi.errors import SplitOptionError
+    from curi.splits.mcd_greedy import McdOptions
+
+    with pytest.raises(SplitOptionError, match=r"mcd.compounds must be one of .*'depth2'"):
+        McdOptions(compounds="depth3")
+    with pytest.raises(SplitOptionError, match=r"mcd.weighting must be one of"):
+        McdOptions(weighting="nosuch")

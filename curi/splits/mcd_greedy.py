@@ -27,7 +27,7 @@ import numpy as np
 from curi import validate
 from curi.compounds import COMPOUND_KINDS
 from curi.divergence import ATOM_ALPHA, COMPOUND_ALPHA, WEIGHTINGS, bank_index
-from curi.errors import ConfigError, SplitError
+from curi.errors import ConfigError, SplitError, SplitOptionError
 
 __all__ = ["Greedy", "McdOptions", "Members", "Side", "Units"]
 
@@ -121,11 +121,8 @@ class McdOptions:
                 f"rule mcd: workers (0: one per core) and val_weight must be >= 0, got "
                 f"{self.workers}, {self.val_weight}"
             )
-        if self.compounds not in COMPOUND_KINDS or self.weighting not in WEIGHTINGS:
-            raise SplitError(
-                f"rule mcd: compounds must be one of {COMPOUND_KINDS} and weighting one of "
-                f"{WEIGHTINGS}; got {self.compounds!r}, {self.weighting!r}"
-            )
+        validate.choice(self.compounds, "mcd.compounds", COMPOUND_KINDS, error=SplitOptionError)
+        validate.choice(self.weighting, "mcd.weighting", WEIGHTINGS, error=SplitOptionError)
         coerced = {
             "train": shares[0],
             "test": shares[1],
