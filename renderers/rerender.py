@@ -233,10 +233,7 @@ def render_episode_file(
     out.mkdir(parents=True, exist_ok=True)
     with_files = bool(files and renderer.file_suffix)
     total = count_episodes(path, limit)
-    if torch.device(getattr(renderer, "device", "cpu")).type != "cpu":
-        workers = 1  # a forked process cannot use the parent's CUDA context
-    if total is not None:
-        workers = min(workers, total)
+    workers = _usable_workers(renderer, workers, total)
     jobs = check_jobs(jobs)
     if jobs > 1 and total is None:
         for _ in episodes:  # the reader says what is wrong with the file
@@ -245,19 +242,8 @@ def render_episode_file(
         episodes.close()
         entries = _render_in_jobs(path, out, renderer, with_files, total, options, jobs, launcher)
     else:
-        tasks = (
-            (path, out, k, ep, with_files)
-            for k, ep in enumerate(itertools.chain([first], episodes))
-        )
-        with contextlib.ExitStack() as stack:
-            table = None
-            if with_files:  # streamed to a temporary name, renamed into place when all is written
-                tmp = stack.enter_context(atomic_path(out / METADATA))
-                table = stack.enter_context(open(tmp, "w"))
-            done = stack.enter_context(
-                contextlib.closing(_in_order(renderer, _render_episode, tasks, workers))
-            )
-            entries = _collect(done, table, total, progress, renderer.name)
+        episodes = itertools.chain([first], episodes)
+        entries = _render_here(path, out, renderer, episodes, with_files, total, workers, progress)
     index = {
         "source": str(path.resolve()),
         "modality": renderer.name,
@@ -273,6 +259,32 @@ def render_episode_file(
         remove(staging_folder(out), root=out.parent)
     log.info("re-rendered %d episodes as %s into %s", len(entries), renderer.name, out)
     return out / "index.json"
+
+
+def _usable_workers(renderer: Renderer, workers: int, total: int | None) -> int:
+    """`workers`, but 1 for a renderer off the CPU and at most the number of episodes."""
+    if torch.device(getattr(renderer, "device", "cpu")).type != "cpu":
+        workers = 1  # a forked process cannot use the parent's CUDA context
+    if total is not None:
+        workers = min(workers, total)
+    return workers
+
+
+def _render_here(
+    path: Path, out: Path, renderer: Renderer, episodes, with_files, total, workers, progress
+) -> list[dict]:
+    """Render `episodes` in this process (and `workers` side by side) into `out`, streaming
+    `METADATA` with `with_files`; returns their index entries in order."""
+    tasks = ((path, out, k, ep, with_files) for k, ep in enumerate(episodes))
+    with contextlib.ExitStack() as stack:
+        table = None
+        if with_files:  # streamed to a temporary name, renamed into place when all is written
+            tmp = stack.enter_context(atomic_path(out / METADATA))
+            table = stack.enter_context(open(tmp, "w"))
+        done = stack.enter_context(
+            contextlib.closing(_in_order(renderer, _render_episode, tasks, workers))
+        )
+        return _collect(done, table, total, progress, renderer.name)
 
 
 def _render_in_jobs(

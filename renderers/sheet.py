@@ -223,18 +223,7 @@ def write_episode_page(
     image = image or ImageRenderer()
     sound = sound or SoundRenderer()
     concept = concept or episode["concept_text"]
-    sets = {}
-    for name in ("support", "query"):
-        recs, labels = episode[f"{name}_records"], episode[f"{name}_labels"]
-        u8, _ = image.render_uint8(recs)
-        waves = sound.waveforms(recs)
-        specs = spectrogram(waves, sound.config)
-        for i in range(len(recs)):
-            stem = out / "scenes" / f"{name}_{i + 1:02d}"
-            save_png(u8[i], stem.with_suffix(".png"))
-            save_wav(waves[i], stem.with_suffix(".wav"), sound.config.sample_rate)
-            _spectrogram_png(specs[i], stem.parent / f"{stem.name}_spec.png")
-        sets[name] = (u8, labels, recs)
+    sets = {name: _write_scenes(episode, name, out, image, sound) for name in ("support", "query")}
     sheet = draw_sheet(
         sets["support"][0],
         sets["support"][1],
@@ -247,30 +236,58 @@ def write_episode_page(
     with atomic_path(out / "sheet.png") as tmp:
         sheet.save(tmp, format="PNG")
     write_text(out / "episode.json", json.dumps(episode))
+    sections = [
+        _section(episode, name, tag, *sets[name][1:])
+        for name, tag in (("support", "S"), ("query", "Q"))
+    ]
+    page = _page(episode, concept, title, sections, image, sound)
+    path = write_text(out / "index.html", page)
+    log.info("wrote %s", path)
+    return path
 
-    sections = []
-    for name, tag in (("support", "S"), ("query", "Q")):
-        u8, labels, recs = sets[name]
-        cards = []
-        for i in _order(labels):
-            pos = int(labels[i]) == 1
-            stem = f"scenes/{name}_{i + 1:02d}"
-            ids = episode.get(f"{name}_ids")
-            sid = f" &middot; scene {ids[i]}" if ids is not None else ""
-            desc = html.escape(_describe(recs[i]))
-            cards.append(
-                f'<div class="card {"pos" if pos else "neg"}">'
-                f'<img src="{stem}.png" alt="{name} {i + 1}" title="{desc}">'
-                f'<div class="lab">{_MARKS[pos]} &middot; {tag}{i + 1}{sid}</div>'
-                f'<audio controls preload="none" src="{stem}.wav"></audio>'
-                f'<img class="spec" src="{stem}_spec.png" alt="spectrogram">'
-                f'<div class="desc">{desc}</div></div>'
-            )
-        n_pos = sum(int(v) == 1 for v in labels)
-        sections.append(
-            f"<h2>{name} set: {n_pos} positive, {len(labels) - n_pos} negative</h2>"
-            f'<div class="grid">{"".join(cards)}</div>'
+
+def _write_scenes(episode: dict, name: str, out: Path, image, sound) -> tuple:
+    """Render the set `name` of `episode` and write each scene's PNG, WAV and spectrogram PNG
+    under ``out/scenes``; returns ``(uint8 images, labels, records)`` of the set."""
+    recs, labels = episode[f"{name}_records"], episode[f"{name}_labels"]
+    u8, _ = image.render_uint8(recs)
+    waves = sound.waveforms(recs)
+    specs = spectrogram(waves, sound.config)
+    for i in range(len(recs)):
+        stem = out / "scenes" / f"{name}_{i + 1:02d}"
+        save_png(u8[i], stem.with_suffix(".png"))
+        save_wav(waves[i], stem.with_suffix(".wav"), sound.config.sample_rate)
+        _spectrogram_png(specs[i], stem.parent / f"{stem.name}_spec.png")
+    return u8, labels, recs
+
+
+def _section(episode: dict, name: str, tag: str, labels, recs) -> str:
+    """The page's section of the set `name`: a heading with its counts and a card per scene
+    (image, mark, sound, spectrogram, description), positives first."""
+    cards = []
+    for i in _order(labels):
+        pos = int(labels[i]) == 1
+        stem = f"scenes/{name}_{i + 1:02d}"
+        ids = episode.get(f"{name}_ids")
+        sid = f" &middot; scene {ids[i]}" if ids is not None else ""
+        desc = html.escape(_describe(recs[i]))
+        cards.append(
+            f'<div class="card {"pos" if pos else "neg"}">'
+            f'<img src="{stem}.png" alt="{name} {i + 1}" title="{desc}">'
+            f'<div class="lab">{_MARKS[pos]} &middot; {tag}{i + 1}{sid}</div>'
+            f'<audio controls preload="none" src="{stem}.wav"></audio>'
+            f'<img class="spec" src="{stem}_spec.png" alt="spectrogram">'
+            f'<div class="desc">{desc}</div></div>'
         )
+    n_pos = sum(int(v) == 1 for v in labels)
+    return (
+        f"<h2>{name} set: {n_pos} positive, {len(labels) - n_pos} negative</h2>"
+        f'<div class="grid">{"".join(cards)}</div>'
+    )
+
+
+def _page(episode: dict, concept: str, title: str, sections: list[str], image, sound) -> str:
+    """The episode's ``index.html``: the concept, the sheet and the `sections`."""
     name = html.escape(title or "curi episode")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{name}</title>
@@ -292,6 +309,4 @@ loudness, metal = low-passed) and its spectrogram (the sound model's input; 0 to
 <p><a href="episode.json">episode with scene records (JSON)</a></p>
 </body></html>
 """
-    path = write_text(out / "index.html", page)
-    log.info("wrote %s", path)
-    return path
+    return page

@@ -258,3 +258,11 @@ def test_a_missing_tokenizer_path_says_it_does_not_exist(path):
     """transformers answered "Repo id must be in the form 'repo_name' or ..."."""
     with pytest.raises(ConfigError, match=f"^tokenizer={re.escape(path)} does not exist"):
         load_tokenizer(path)
+
+
+def test_a_bad_wording_names_the_closest(tiny_bank, tmp_path):
+    from curi.errors import OptionError
+
+    with pytest.raises(OptionError, match="wording must be one of full, compact.*compact"):
+        export_tasks(tiny_bank, [], tmp_path, wording="compct", progress=False)
+    assert not (tmp_path / "curi_tasks.json").exists()

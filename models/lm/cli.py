@@ -38,6 +38,11 @@ def _splits(cfg: DictConfig) -> list:
     return [one] if one is not None else list(cfg.splits)
 
 
+def _rule(spec):
+    """A split of `_splits` as `curi.splits.make_split` takes it: a name, or a plain dict."""
+    return spec if isinstance(spec, str) else OmegaConf.to_container(spec, resolve=True)
+
+
 def _check_export(cfg: DictConfig) -> None:
     from curi.models.lm.lengths import check_tokenizer
 
@@ -70,8 +75,7 @@ def lm_export(cfg: DictConfig) -> None:
 
     bank = open_bank_from_config(cfg)
     specs = [] if cfg.get("episodes") else _splits(cfg)
-    splits = [make_split(bank, OmegaConf.to_container(s, resolve=True) if not isinstance(s, str)
-                         else s) for s in specs]  # fmt: skip
+    splits = [make_split(bank, _rule(s)) for s in specs]
     path = export_tasks(
         bank,
         splits,
@@ -149,16 +153,30 @@ def lm_rules(cfg: DictConfig) -> None:
     user_rules = read_rules(cfg.rules) if cfg.rules else None
     bank = open_bank_from_config(cfg)
     specs = _splits(cfg)
-    splits = [make_split(bank, OmegaConf.to_container(s, resolve=True) if not isinstance(s, str)
-                         else s) for s in specs]  # fmt: skip
+    splits = [make_split(bank, _rule(s)) for s in specs]
     path = export_rule_tasks_lm(
-        bank, splits, cfg.out, n=n, instructions=cfg.instructions, max_gen_toks=tokens,
-        progress=cfg.progress, subset=cfg.subset, negatives=cfg.negatives,
-        seed=int(cfg.seed), hypotheses=cfg.hypotheses, theta=cfg.theta,
-        rule_rate=cfg.rule_rate, kinds=list(cfg.kinds), scene_requests=cfg.scene_requests,
-        rules_per_kind=cfg.rules_per_kind, context_rules=cfg.context_rules,
-        candidates=cfg.candidates, rules=user_rules, prior=cfg.prior, likelihood=cfg.likelihood,
-    )  # fmt: skip
+        bank,
+        splits,
+        cfg.out,
+        n=n,
+        instructions=cfg.instructions,
+        max_gen_toks=tokens,
+        progress=cfg.progress,
+        subset=cfg.subset,
+        negatives=cfg.negatives,
+        seed=int(cfg.seed),
+        hypotheses=cfg.hypotheses,
+        theta=cfg.theta,
+        rule_rate=cfg.rule_rate,
+        kinds=list(cfg.kinds),
+        scene_requests=cfg.scene_requests,
+        rules_per_kind=cfg.rules_per_kind,
+        context_rules=cfg.context_rules,
+        candidates=cfg.candidates,
+        rules=user_rules,
+        prior=cfg.prior,
+        likelihood=cfg.likelihood,
+    )
     tasks = json.loads(path.read_text())["tasks"]
     docs = {k: v["documents"] for k, v in tasks.items()}
     report = {"tasks": str(Path(cfg.out)), "manifest": str(path), "documents": docs}

@@ -61,9 +61,12 @@ def oracle_items(
     for i, ds in sorted(by_episode.items()):
         e = episodes[i]
         ids = np.array(
-            [e["query_ids"][d["position"]] if d["set"] == "query" else eval_ids[d["position"]]
-             for d in ds], np.int64,
-        )  # fmt: skip
+            [
+                e["query_ids"][d["position"]] if d["set"] == "query" else eval_ids[d["position"]]
+                for d in ds
+            ],
+            np.int64,
+        )
         if policy == "random":
             p = derive_rng(seed, f"lm-random-oracle:{task}", i).random(len(ids))
         else:

@@ -25,6 +25,7 @@ from curi.models.lm.prompt import (
 )
 from curi.models.lm.prompt import scene_texts as _scene_texts
 from curi.models.lm.task import FORMAT, MANIFEST, TaskFiles, replacing, write_table
+from curi.models.lm.task_yaml import Flow, Function, dump
 from curi.rng import derive_rng
 from curi.splits.saved import save_split
 
@@ -68,46 +69,41 @@ def task_name(split: str, negatives: str) -> str:
     return f"curi_{re.sub(r'[^A-Za-z0-9_]+', '_', split)}_{negatives}"
 
 
-def _metric(name: str, fn: str) -> str:
-    return (
-        f"  - metric: {name}\n    aggregation: !function utils.{fn}\n    higher_is_better: true\n"
-    )
+def _metric(name: str, fn: str) -> dict:
+    return {"metric": name, "aggregation": Function(f"utils.{fn}"), "higher_is_better": True}
 
 
 def _task_yaml(name: str, answers: Sequence[str], eval_scenes: int) -> str:
-    metrics = _metric("cba", "aggregate_cba") + _metric("ap", "aggregate_ap")
+    metrics = [_metric("cba", "aggregate_cba"), _metric("ap", "aggregate_ap")]
     if eval_scenes:
-        metrics += _metric("eval_ap", "aggregate_eval_ap")
-    return (
-        f"# written by `curi lm export`; the documents are {name}.docs.jsonl.gz\n"
-        f"task: {name}\n"
-        f"tag: [{GROUP}_tasks]\n"
-        "custom_dataset: !function utils.load_documents\n"
-        f"dataset_kwargs:\n  task: {name}\n"
-        "output_type: multiple_choice\n"
-        "test_split: test\n"
-        "doc_to_text: !function utils.doc_to_text\n"
-        f"doc_to_choice: {json.dumps(list(answers))}\n"
-        "doc_to_target: label\n"
-        f"target_delimiter: {json.dumps(DELIMITER)}\n"
-        "process_results: !function utils.process_results\n"
-        f"metric_list:\n{metrics}"
-        "metadata:\n  version: 1.0\n"
-    )
+        metrics.append(_metric("eval_ap", "aggregate_eval_ap"))
+    task = {
+        "task": name,
+        "tag": Flow((f"{GROUP}_tasks",)),
+        "custom_dataset": Function("utils.load_documents"),
+        "dataset_kwargs": {"task": name},
+        "output_type": "multiple_choice",
+        "test_split": "test",
+        "doc_to_text": Function("utils.doc_to_text"),
+        "doc_to_choice": list(answers),
+        "doc_to_target": "label",
+        "target_delimiter": DELIMITER,
+        "process_results": Function("utils.process_results"),
+        "metric_list": metrics,
+        "metadata": {"version": 1.0},
+    }
+    return dump(task, f"written by `curi lm export`; the documents are {name}.docs.jsonl.gz")
 
 
 def _group_yaml(names: Sequence[str]) -> str:
-    agg = "".join(
-        f"  - metric: {m}\n    aggregation: mean\n    weight_by_size: false\n"
-        for m in ("cba", "ap")
-    )
-    return (
-        "# written by `curi lm export`: every task of this folder\n"
-        f"group: {GROUP}\n"
-        f"task: {json.dumps(list(names))}\n"
-        f"aggregate_metric_list:\n{agg}"
-        "metadata:\n  version: 1.0\n"
-    )
+    agg = [{"metric": m, "aggregation": "mean", "weight_by_size": False} for m in ("cba", "ap")]
+    group = {
+        "group": GROUP,
+        "task": list(names),
+        "aggregate_metric_list": agg,
+        "metadata": {"version": 1.0},
+    }
+    return dump(group, "written by `curi lm export`: every task of this folder")
 
 
 def _eval_sample(bank, k: int, seed: int) -> np.ndarray:
@@ -218,6 +214,43 @@ def _from_file(bank, path, wording) -> tuple[list[dict], dict]:
     return eps, meta
 
 
+def _file_task(bank, episode_file, meta: dict, negatives: str) -> tuple:
+    """The one (split, negatives) job of an episode file: its card's split and negatives (else
+    the file's name and `negatives`), the split itself when this bank can make it again (the
+    weak oracle's hypotheses), else its name."""
+    from curi.errors import CuriError
+    from curi.splits import make_split
+
+    name = str(meta.get("split") or Path(episode_file).name.split(".")[0])
+    try:
+        split = make_split(bank, name)
+    except CuriError:
+        split = None
+    return split or name, str(meta.get("negatives") or negatives)
+
+
+def _manifest(bank, options: dict, answers, eval_ids: np.ndarray, tasks: dict) -> dict:
+    """The manifest of an export: curi's version, the bank, the episodes' `options`, the
+    prompt's answers and delimiter, the evaluation-set sample and the `tasks`' entries."""
+    from curi import __version__
+
+    return {
+        "format": FORMAT,
+        "curi_version": __version__,
+        "bank": {
+            "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
+            "path": str(Path(bank.path).resolve()),
+            "digest": bank.manifest.get("manifest_sha256", "")[:16],
+        },
+        **options,
+        "answers": list(answers),
+        "delimiter": DELIMITER,
+        "eval_ids": eval_ids.tolist(),
+        "group": GROUP,
+        "tasks": tasks,
+    }
+
+
 def export_tasks(
     bank,
     splits: Sequence,
@@ -257,30 +290,22 @@ def export_tasks(
         The manifest's path.
 
     Raises:
-        ConfigError: a bad option, `out` a file, another export to `out` running;
+        ConfigError: a bad option (an `OptionError` for `wording`, naming the closest),
+            `out` a file, another export to `out` running;
         SplitError: a subset without concepts; EpisodeFileError, BankError: an episode file
         that cannot be read or is of another bank.
     """
-    from curi import __version__
-    from curi.errors import CuriError
-    from curi.splits import make_split
+    from curi.validate import choice
 
-    if wording not in WORDINGS:
-        raise ConfigError(f"wording must be one of {WORDINGS}, got {wording!r}")
+    choice(wording, "wording", WORDINGS)
     answers = check_answers(answers)
     eval_ids = _eval_sample(bank, int(eval_scenes), seed)
     eval_text = _scene_texts(bank, eval_ids, wording) if len(eval_ids) else []
     jobs, eps = [(s, neg) for s in splits for neg in negatives], None
     if episode_file is not None:
         eps, meta = _from_file(bank, episode_file, wording)
-        name = str(meta.get("split") or Path(episode_file).name.split(".")[0])
-        try:  # the weak oracle's hypotheses: the split, when this bank can make it again
-            split = make_split(bank, name)
-        except CuriError:
-            split = None
-        neg = str(meta.get("negatives") or negatives[0])
+        jobs = [_file_task(bank, episode_file, meta, negatives[0])]
         subset, n, seed = meta.get("subset", subset), len(eps), meta.get("seed", seed)
-        jobs = [(split or name, neg)]
     with replacing(out, FILES) as folder:  # the folder's earlier export replaced as a whole
         tasks = _write_tasks(
             bank,
@@ -298,24 +323,8 @@ def export_tasks(
         )
         write_text(folder / "utils.py", _UTILS)
         write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
-        manifest = {
-            "format": FORMAT,
-            "curi_version": __version__,
-            "bank": {
-                "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
-                "path": str(Path(bank.path).resolve()),
-                "digest": bank.manifest.get("manifest_sha256", "")[:16],
-            },
-            "subset": subset,
-            "seed": seed,
-            "episodes": n,
-            "wording": wording,
-            "answers": list(answers),
-            "delimiter": DELIMITER,
-            "eval_ids": eval_ids.tolist(),
-            "group": GROUP,
-            "tasks": tasks,
-        }
+        options = {"subset": subset, "seed": seed, "episodes": n, "wording": wording}
+        manifest = _manifest(bank, options, answers, eval_ids, tasks)
         write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return Path(out).expanduser() / MANIFEST
 
@@ -350,10 +359,15 @@ def _write_tasks(
         info = {"split": split_name, "split_file": None, "negatives": neg}
         info.update(
             _write_task(
-                bank, name, eps, answers=answers, eval_ids=eval_ids, eval_text=eval_text,
+                bank,
+                name,
+                eps,
+                answers=answers,
+                eval_ids=eval_ids,
+                eval_text=eval_text,
                 folder=folder,
             )
-        )  # fmt: skip
+        )
         if not isinstance(split, str):
             info["split_file"] = f"{task_name(split_name, 'split')}.json"
             save_split(split, bank, folder / info["split_file"])

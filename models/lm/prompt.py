@@ -74,15 +74,23 @@ def check_answers(answers: Sequence[str]) -> tuple[str, str]:
 _OBJECTS = {
     "full": [
         f"{z} {c} {m} {s} at ({x}, {y})"
-        for z in SIZES for c in COLORS for m in MATERIALS for s in SHAPES
-        for x in range(9) for y in range(9)
+        for z in SIZES
+        for c in COLORS
+        for m in MATERIALS
+        for s in SHAPES
+        for x in range(9)
+        for y in range(9)
     ],
     "compact": [
         f"{_SIZE[z]}{_COLOR[c]}{_MATERIAL[m]}{_SHAPE[s]}{x}{y}"
-        for z in SIZES for c in COLORS for m in MATERIALS for s in SHAPES
-        for x in range(9) for y in range(9)
+        for z in SIZES
+        for c in COLORS
+        for m in MATERIALS
+        for s in SHAPES
+        for x in range(9)
+        for y in range(9)
     ],
-}  # fmt: skip
+}
 _JOIN = {"full": "; ", "compact": " "}
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from curi.atomic import write_text
 from curi.errors import ConfigError
 from curi.models.lm.task import FORMAT, TaskFiles, read_manifest, read_table, replacing, write_table
+from curi.models.lm.task_yaml import Flow, Function, dump
 from curi.splits.saved import save_split
 
 __all__ = [
@@ -95,47 +96,51 @@ def rules_task_name(split: str) -> str:
 
 
 def _task_yaml(name: str, instructions: bool, max_gen_toks: int) -> str:
-    metrics = "".join(
-        f"  - metric: {m}\n    aggregation: !function curi_rules_utils.aggregate_{m}\n"
-        "    higher_is_better: true\n"
+    metrics = [
+        {
+            "metric": m,
+            "aggregation": Function(f"curi_rules_utils.aggregate_{m}"),
+            "higher_is_better": True,
+        }
         for m in METRICS
-    )
-    return (
-        f"# written by `curi lm rules`; the documents are {name}.docs.jsonl.gz\n"
-        f"task: {name}\n"
-        f"tag: [{GROUP}_tasks]\n"
-        "custom_dataset: !function curi_rules_utils.load_documents\n"
-        f"dataset_kwargs:\n  task: {name}\n"
-        "output_type: generate_until\n"
-        "test_split: test\n"
-        + (f"description: {json.dumps(DESCRIPTION)}\n" if instructions else "")
-        + "doc_to_text: !function curi_rules_utils.doc_to_text\n"
-        "doc_to_target: target\n"
-        'target_delimiter: " "\n'
-        "generation_kwargs:\n"
-        '  until: ["\\n"]\n'
-        f"  max_gen_toks: {max_gen_toks}\n"
-        "  do_sample: false\n"
-        "  temperature: 0.0\n"
-        "process_results: !function curi_rules_utils.process_results\n"
-        f"metric_list:\n{metrics}"
-        "metadata:\n  version: 1.0\n"
-    )
+    ]
+    task = {
+        "task": name,
+        "tag": Flow((f"{GROUP}_tasks",)),
+        "custom_dataset": Function("curi_rules_utils.load_documents"),
+        "dataset_kwargs": {"task": name},
+        "output_type": "generate_until",
+        "test_split": "test",
+        **({"description": DESCRIPTION} if instructions else {}),
+        "doc_to_text": Function("curi_rules_utils.doc_to_text"),
+        "doc_to_target": "target",
+        "target_delimiter": " ",
+        "generation_kwargs": {
+            "until": ["\n"],
+            "max_gen_toks": max_gen_toks,
+            "do_sample": False,
+            "temperature": 0.0,
+        },
+        "process_results": Function("curi_rules_utils.process_results"),
+        "metric_list": metrics,
+        "metadata": {"version": 1.0},
+    }
+    return dump(task, f"written by `curi lm rules`; the documents are {name}.docs.jsonl.gz")
 
 
 def _group_yaml(names: Sequence[str]) -> str:
     # accuracies pooled over the requests of every split; consistency is per task set only
-    agg = "".join(
-        f"  - metric: {m}\n    aggregation: mean\n    weight_by_size: true\n"
+    agg = [
+        {"metric": m, "aggregation": "mean", "weight_by_size": True}
         for m in ("exact", "reply", "qualifier")
-    )
-    return (
-        "# written by `curi lm rules`: every rule task of this folder\n"
-        f"group: {GROUP}\n"
-        f"task: {json.dumps(list(names))}\n"
-        f"aggregate_metric_list:\n{agg}"
-        "metadata:\n  version: 1.0\n"
-    )
+    ]
+    group = {
+        "group": GROUP,
+        "task": list(names),
+        "aggregate_metric_list": agg,
+        "metadata": {"version": 1.0},
+    }
+    return dump(group, "written by `curi lm rules`: every rule task of this folder")
 
 
 def export_rule_tasks_lm(
@@ -176,53 +181,86 @@ def export_rule_tasks_lm(
         ConfigError: a bad option, two splits of one name, `out` a file, another rule export
             to `out` running; SplitError: a subset without concepts.
     """
-    from curi import __version__
+    with replacing(out, FILES) as folder:  # the folder's earlier export replaced as a whole
+        tasks, settings = _write_rule_tasks(
+            bank,
+            splits,
+            folder,
+            n=n,
+            subset=subset,
+            instructions=instructions,
+            max_gen_toks=max_gen_toks,
+            progress=progress,
+            sampler_options=sampler_options,
+        )
+        utils = _UTILS + "".join(_AGG.format(m=m) for m in METRICS)
+        write_text(folder / "curi_rules_utils.py", utils)
+        write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
+        manifest = _rules_manifest(bank, settings, instructions, tasks)
+        write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return Path(out).expanduser() / MANIFEST
+
+
+def _write_rule_tasks(
+    bank,
+    splits: Sequence,
+    folder: Path,
+    *,
+    n: int,
+    subset: str,
+    instructions: bool,
+    max_gen_toks: int,
+    progress: bool,
+    sampler_options: dict,
+) -> tuple[dict, dict]:
+    """Write the rule task of each split into `folder`; returns the manifest's entries of the
+    tasks and the sampler's settings (those of the last split, less its split and size)."""
     from curi.renderers.text import TextRenderer
     from curi.tasks import RuleTaskSampler
 
     text = TextRenderer(bank)
-    with replacing(out, FILES) as folder:  # the folder's earlier export replaced as a whole
-        tasks: dict[str, dict] = {}
-        settings: dict = {}
-        for split in splits:
-            name = rules_task_name(split.name)
-            if name in tasks:
-                raise ConfigError(
-                    f"two tasks would be named {name}: give the splits distinct names"
-                )
-            sampler = RuleTaskSampler(bank, split, subset, size=n, **sampler_options)
-            settings = {k: v for k, v in sampler.settings().items() if k not in ("split", "size")}
-            tasks[name] = _write_rule_task(
-                bank,
-                sampler,
-                name,
-                folder,
-                text,
-                n=n,
-                instructions=instructions,
-                max_gen_toks=max_gen_toks,
-                progress=progress,
-            )
-        utils = _UTILS + "".join(_AGG.format(m=m) for m in METRICS)
-        write_text(folder / "curi_rules_utils.py", utils)
-        write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
-        manifest = {
-            "format": FORMAT,
-            "kind": "rules",
-            "curi_version": __version__,
-            "bank": {
-                "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
-                "path": str(Path(bank.path).resolve()),
-                "digest": bank.manifest.get("manifest_sha256", "")[:16],
-            },
-            **settings,
-            "description": DESCRIPTION if instructions else "",
-            "end": END,
-            "group": GROUP,
-            "tasks": tasks,
-        }
-        write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-    return Path(out).expanduser() / MANIFEST
+    tasks: dict[str, dict] = {}
+    settings: dict = {}
+    for split in splits:
+        name = rules_task_name(split.name)
+        if name in tasks:
+            raise ConfigError(f"two tasks would be named {name}: give the splits distinct names")
+        sampler = RuleTaskSampler(bank, split, subset, size=n, **sampler_options)
+        settings = {k: v for k, v in sampler.settings().items() if k not in ("split", "size")}
+        tasks[name] = _write_rule_task(
+            bank,
+            sampler,
+            name,
+            folder,
+            text,
+            n=n,
+            instructions=instructions,
+            max_gen_toks=max_gen_toks,
+            progress=progress,
+        )
+    return tasks, settings
+
+
+def _rules_manifest(bank, settings: dict, instructions: bool, tasks: dict) -> dict:
+    """The manifest of a rule export: curi's version, the bank, the sampler's `settings`, the
+    prompt's description and end, and the `tasks`' entries."""
+    from curi import __version__
+
+    return {
+        "format": FORMAT,
+        "kind": "rules",
+        "curi_version": __version__,
+        "bank": {
+            "name": bank.config.get("name") if isinstance(bank.config, dict) else None,
+            "path": str(Path(bank.path).resolve()),
+            "digest": bank.manifest.get("manifest_sha256", "")[:16],
+        },
+        **settings,
+        "description": DESCRIPTION if instructions else "",
+        "end": END,
+        "group": GROUP,
+        "tasks": tasks,
+    }
 
 
 def _write_rule_task(
@@ -250,19 +288,31 @@ def _write_rule_task(
         dicts.append(t)
         rows = text.rows(t)
         head = rows[0]["input"].rpartition("request: ")[0] if rows else ""
-        gold = [{k: r.get(k) for k in ("kind", "reply", "qualifier", "label")}
-                for r in t["requests"]]  # fmt: skip
+        gold = [
+            {k: r.get(k) for k in ("kind", "reply", "qualifier", "label")} for r in t["requests"]
+        ]
         contexts.append(
-            {"index": t["index"], "concept": t["concept"], "context": head,
-             "requests": gold, "worlds": t["worlds"]}
-        )  # fmt: skip
+            {
+                "index": t["index"],
+                "concept": t["concept"],
+                "context": head,
+                "requests": gold,
+                "worlds": t["worlds"],
+            }
+        )
         for row in rows:
             ask = row["input"][len(head) :]
             docs.append(
-                {"task": name, "index": t["index"], "position": i,
-                 "request": row["request"], "kind": row["kind"], "ask": ask,
-                 "target": row["target"]}
-            )  # fmt: skip
+                {
+                    "task": name,
+                    "index": t["index"],
+                    "position": i,
+                    "request": row["request"],
+                    "kind": row["kind"],
+                    "ask": ask,
+                    "target": row["target"],
+                }
+            )
             chars.append(len(row["input"]) + len(END))
     size = write_table(folder / f"{name}.contexts.jsonl.gz", contexts)
     size += write_table(folder / f"{name}.docs.jsonl.gz", docs)

@@ -35,8 +35,9 @@ class RuleOracleLM(LM):
         ConfigError, BankError: a folder of another curi version or bank, a bad option.
     """
 
-    def __init__(self, bank, tasks: str | Path, *, hypotheses: str | None = None,
-                 theta: float | None = None):  # fmt: skip
+    def __init__(
+        self, bank, tasks: str | Path, *, hypotheses: str | None = None, theta: float | None = None
+    ):
         from curi import validate
         from curi.tasks import HYPOTHESES
 
@@ -65,9 +66,12 @@ class RuleOracleLM(LM):
                 space = load_split(self.bank, self.folder / info["split_file"]).train
             m = self.manifest
             self._posteriors[task] = Posterior(
-                self.bank, space, prior=m["prior"], likelihood=m["likelihood"],
+                self.bank,
+                space,
+                prior=m["prior"],
+                likelihood=m["likelihood"],
                 negatives=m["negatives"],
-            )  # fmt: skip
+            )
         return self._posteriors[task]
 
     def _rules(self, programs: list[str]):
@@ -136,8 +140,9 @@ class RuleOracleLM(LM):
             by_task.setdefault(r.task_name, []).append(k)
         out = [""] * len(requests)
         for task, ks in by_task.items():
-            for k, (reply, qual) in zip(ks, self.answers(task, [requests[k].args[0] for k in ks]),
-                                        strict=True):  # fmt: skip
+            for k, (reply, qual) in zip(
+                ks, self.answers(task, [requests[k].args[0] for k in ks]), strict=True
+            ):
                 out[k] = f" {reply} {qual}"
         return out
 

@@ -68,7 +68,7 @@ def write_table(path: Path, rows) -> int:
     """Rows as a ``.jsonl.gz`` table of a task folder (fixed mtime: the same rows give the same
     bytes); its size in bytes."""
     with atomic_path(path) as tmp, open(tmp, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
             f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode())
     return path.stat().st_size
 
