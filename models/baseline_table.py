@@ -13,7 +13,7 @@ import numpy as np
 from curi.atomic import write_text
 from curi.oracles.paper import BASELINE_SPLITS, PAPER_LANGUAGE_GAIN, paper_baseline
 
-__all__ = ["baseline_table", "table_markdown", "write_table"]
+__all__ = ["baseline_table", "table_markdown", "write_baseline_table"]
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -167,7 +167,7 @@ def table_markdown(table: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: Mapping, out_dir: str | Path) -> list[Path]:
+def write_baseline_table(table: Mapping, out_dir: str | Path) -> list[Path]:
     """Write ``baselines.json`` and ``baselines.md`` under `out_dir` (atomically)."""
     out = Path(out_dir)
     return [

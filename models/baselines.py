@@ -4,7 +4,8 @@ evaluated on test episodes beside the oracles on the same episodes, and one tabl
 written next to the paper's numbers. Each run is a job (`curi.jobs`: in this process, local
 processes, SLURM or Ray) with its own folder; finished runs are skipped and interrupted ones
 resume, so the same command continues a sweep, and the table is collected from the folders
-(`collect_baselines`, also after the jobs of a SLURM submission end). The command line is
+(`collect_baselines`, also after the jobs of a SLURM submission end). The sweep's plan
+(`parse_baselines`, `plan_runs`) lives in `curi.models.sweep_plan`; the command line is
 `curi.models.cli`."""
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from curi.atomic import remove, write_text
 from curi.errors import ConfigError
 from curi.jobs import Job, Launcher, run_jobs
 from curi.models.baseline_table import baseline_table
-from curi.models.config import RunConfig, build_model, with_new_defaults
-from curi.paths import read_text, safe_name
-from curi.presets import list_presets, load_preset
+from curi.models.config import RunConfig, with_new_defaults
+from curi.models.sweep_plan import Baseline, BaselineRun, parse_baselines, plan_runs
+from curi.paths import read_text
 from curi.schema import check_shape
 
 __all__ = [
@@ -40,181 +41,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_KEYS = ("name", "modality", "pooling", "alpha", "splits", "train")
-
-
-@dataclasses.dataclass(frozen=True)
-class Baseline:
-    """One configuration of the table.
-
-    Attributes:
-        name: its column in the table and its folder (``schema-relation_net``).
-        modality: the renderer config (a ``conf/modality`` preset with overrides).
-        pooling: the pooler config (a ``conf/pooling`` preset with overrides).
-        alpha: weight of the concept-decoding loss (paper: 0, or 1 "with language").
-        splits: names of ``conf/split`` presets it is trained and tested on.
-        train: train settings of this configuration over the shared ones.
-    """
-
-    name: str
-    modality: dict
-    pooling: dict
-    alpha: float
-    splits: tuple[str, ...]
-    train: dict
-
-
-@dataclasses.dataclass(frozen=True)
-class BaselineRun:
-    """One training run of the sweep: a configuration on one split with one seed."""
-
-    baseline: Baseline
-    split: str
-    seed: int
-    run: RunConfig
-    dir: Path
-
-
-def _preset(group: str, spec, where: str, device: str | None) -> dict:
-    """A ``conf/<group>`` preset named by `spec` (a name, or a mapping with ``name`` and
-    overrides of the preset's options); `device`, when given, replaces a renderer's device."""
-    if isinstance(spec, str):
-        spec = {"name": spec}
-    if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
-        known = ", ".join(list_presets(group))
-        raise ConfigError(
-            f"{where}.{group} must be a name in conf/{group} ({known}) or a mapping with a name"
-        )
-    out = {**load_preset(group, spec["name"]), **spec}
-    if device is not None and "device" in out:
-        out["device"] = device
-    return out
-
-
-def _baseline(i: int, c, render_device: str | None) -> Baseline:
-    where = f"configs[{i}]"
-    if not isinstance(c, Mapping):
-        raise ConfigError(f"{where} must be a mapping with keys {', '.join(_KEYS)}; got {c!r}")
-    unknown = sorted(set(c) - set(_KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {unknown}; valid: {', '.join(_KEYS)}")
-    modality = _preset("modality", c.get("modality"), where, render_device)
-    pooling = _preset("pooling", c.get("pooling"), where, None)
-    alpha = float(validate.number(c.get("alpha", 0.0), f"{where}.alpha", low=0, high=1e6))
-    splits = c.get("splits")
-    splits = [splits] if isinstance(splits, str) else splits
-    known = list_presets("split")
-    if not splits or not isinstance(splits, Sequence):
-        raise ConfigError(f"{where}.splits must be a list of split names ({', '.join(known)})")
-    bad = [s for s in splits if s not in known]
-    if bad:
-        raise ConfigError(f"{where}.splits: unknown splits {bad}; known: {', '.join(known)}")
-    train_over = dict(c.get("train") or {})
-    if "alpha" in train_over:
-        raise ConfigError(f"{where}: give alpha as {where}.alpha, not in its train settings")
-    name = c.get("name") or f"{modality['name']}-{pooling['name']}" + (
-        f"-alpha{alpha:g}" if alpha else ""
-    )
-    safe_name(str(name), f"{where}.name")
-    return Baseline(str(name), modality, pooling, alpha, tuple(dict.fromkeys(splits)), train_over)
-
-
-def parse_baselines(
-    configs: Sequence[Mapping],
-    *,
-    only: Sequence[str] | None = None,
-    splits: Sequence[str] | None = None,
-    render_device: str | None = None,
-) -> list[Baseline]:
-    """The configurations of a sweep, checked.
-
-    Args:
-        configs: mappings with ``modality`` and ``pooling`` (preset names, or mappings with a
-            ``name`` and overrides), ``splits`` (names), optional ``alpha`` (default 0),
-            ``name`` (default ``<modality>-<pooling>[-alpha<a>]``) and ``train`` (settings of
-            this configuration over the shared ones).
-        only: keep these configurations (by name), in this order.
-        splits: run every configuration on these splits instead of its own.
-        render_device: where image and sound scenes render (``cpu`` or ``cuda``), for every
-            configuration whose modality has a device option.
-
-    Raises:
-        ConfigError: an unknown key, preset, split or name, a duplicate name, or no
-            configuration at all.
-    """
-    if not configs or isinstance(configs, (str, Mapping)):
-        raise ConfigError("configs must be a non-empty list of configurations")
-    out = [_baseline(i, c, render_device) for i, c in enumerate(configs)]
-    names = [b.name for b in out]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise ConfigError(f"configuration names must differ; repeated: {dup} (set name=)")
-    if only is not None:
-        missing = [n for n in only if n not in names]
-        if missing:
-            raise ConfigError(f"only: unknown configurations {missing}; known: {names}")
-        out = [out[names.index(n)] for n in dict.fromkeys(only)]
-    if splits is not None:
-        out = [
-            _baseline(i, {**dataclasses.asdict(b), "splits": list(splits)}, None)
-            for i, b in enumerate(out)
-        ]
-    return out
-
-
-def plan_runs(
-    baselines: Sequence[Baseline],
-    *,
-    bank: Mapping,
-    train: Mapping,
-    out_dir: str | Path,
-    seeds: Sequence[int] = (0,),
-    negatives: str = "hard",
-    embed_dim: int = 256,
-    device: str = "auto",
-    data_dir: str | Path | None = None,
-    models: bool = True,
-) -> list[BaselineRun]:
-    """Every run of the sweep (configuration x split x seed) with its config checked and, with
-    `models`, each configuration's model built once (torch), so a bad setting fails before the
-    first run trains. Run folders: ``<out_dir>/runs/<name>/<split>/seed<seed>``.
-
-    Raises:
-        ConfigError: a bad train setting or seed; with `models`, a bad pooling or renderer
-            option.
-    """
-    seeds = [validate.seed(s) for s in (seeds if isinstance(seeds, Sequence) else [seeds])]
-    if not seeds:
-        raise ConfigError("seeds must name at least one training seed")
-    out = []
-    # each split as its conf/split preset, as `curi train split=NAME` stores it (resumable)
-    presets = {s: load_preset("split", s) for b in baselines for s in b.splits}
-    for b in baselines:
-        settings = {**dict(train), **b.train, "alpha": b.alpha}
-        for split in b.splits:
-            for seed in dict.fromkeys(seeds):
-                run = RunConfig.from_mapping(
-                    {
-                        "bank": dict(bank),
-                        "split": presets[split],
-                        "negatives": negatives,
-                        "modality": b.modality,
-                        "pooling": b.pooling,
-                        "train": settings,
-                        "embed_dim": embed_dim,
-                        "seed": seed,
-                        "device": device,
-                        "data_dir": None if data_dir is None else str(data_dir),
-                    }
-                )
-                where = Path(out_dir) / "runs" / b.name / split / f"seed{seed}"
-                out.append(BaselineRun(b, split, seed, run, where))
-        if models:
-            from curi.models.data import make_renderer
-
-            build_model(out[-1].run, make_renderer(b.modality))  # options the model refuses
-    return out
 
 
 def _identity(run: RunConfig, evaluation: Mapping, threads: int) -> dict:
@@ -387,20 +213,10 @@ def _write_failure(run_dir: Path, error: str, detail: str | None = None) -> None
     write_text(run_dir / "failed.json", json.dumps(body, indent=2) + "\n")
 
 
-def _train_and_test(
-    r: BaselineRun,
-    bank,
-    evaluation: Mapping,
-    *,
-    num_workers: int,
-    batch_size: int | None,
-    progress: bool,
-) -> dict:
-    """Train a run (resuming from its last checkpoint if one is there), then test its best
-    checkpoint by val mAP; writes ``eval/metrics.json`` and ``eval/concepts.parquet``."""
-    import torch
-
-    from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
+def _train_timed(r: BaselineRun, bank, progress: bool) -> tuple[dict, dict]:
+    """Train a run (resuming from its last checkpoint if one is there): the summary of
+    `curi.models.train.train` and the training time summed over the calls that trained this
+    run, also written to ``timing.json``."""
     from curi.models.train import train
 
     resumed = (r.dir / "train" / "checkpoints" / "last.pt").is_file()
@@ -423,6 +239,26 @@ def _train_and_test(
         "train_cpu_seconds": spent["train_cpu_seconds"] + c1 - c0,
     }
     write_text(r.dir / "timing.json", json.dumps(spent) + "\n")
+    return summary, spent
+
+
+def _train_and_test(
+    r: BaselineRun,
+    bank,
+    evaluation: Mapping,
+    *,
+    num_workers: int,
+    batch_size: int | None,
+    progress: bool,
+) -> dict:
+    """Train a run (resuming from its last checkpoint if one is there), then test its best
+    checkpoint by val mAP; writes ``eval/metrics.json`` and ``eval/concepts.parquet``."""
+    import torch
+
+    from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
+
+    summary, spent = _train_timed(r, bank, progress)
+    t1 = time.perf_counter()
     metrics = evaluate_checkpoint(
         r.dir / "train",
         bank=bank,
@@ -516,42 +352,92 @@ def run_baselines(
             `out_dir` (through a symlinked configuration folder).
     """
     launcher = (launcher or Launcher()).for_sweep()
+    evaluation = _evaluation(episodes, eval_seed, prior, likelihood)
+    out_dir = Path(out_dir)
+    where = bank if launcher.in_process else str(bank.path)  # other processes open it
+    job_kw = {
+        "num_workers": num_workers,
+        "batch_size": batch_size,
+        "progress": progress and launcher.in_process,
+    }
+    jobs, plan, oracle_files = _plan_jobs(
+        runs, bank, where, out_dir, evaluation, oracles, force, launcher.threads, job_kw
+    )
+    _write_sweep(out_dir, bank, evaluation["episodes"], eval_seed, runs, plan, oracle_files)
+    to_run = sum(j.fn is run_job for j in jobs)
+    log.info("%d runs: %d to run, %d finished before", len(plan), to_run, len(plan) - to_run)
+    outcomes = run_jobs(jobs, launcher, progress=progress and not launcher.in_process)
+    _record_killed(jobs, outcomes)
+    if any(o.status == "submitted" for o in outcomes):
+        return None
+    return collect_baselines(out_dir)
+
+
+def _evaluation(episodes: int, eval_seed: int, prior: str, likelihood: str) -> dict:
+    """The test evaluation's settings, checked (each run adds its ``negatives``)."""
     episodes = validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES)
-    evaluation = {
+    return {
         "episodes": episodes,
         "seed": validate.seed(eval_seed),
         "prior": prior,
         "likelihood": likelihood,
     }
-    out_dir = Path(out_dir)
-    where = bank if launcher.in_process else str(bank.path)  # other processes open it
-    progress_in_job = progress and launcher.in_process
+
+
+def _plan_jobs(
+    runs: Sequence[BaselineRun],
+    bank,
+    where,
+    out_dir: Path,
+    evaluation: Mapping,
+    oracles: bool,
+    force: bool,
+    threads: int,
+    job_kw: Mapping,
+) -> tuple[list[Job], list[dict], dict[tuple[str, str], str]]:
+    """The jobs of a sweep after every run folder is claimed (`_claim`): one per unfinished
+    run and, with `oracles`, one per (split, negatives) whose oracle file is missing or stale;
+    with the plan's rows (``sweep.json``'s ``runs``) and the oracle files by (split,
+    negatives). `where`: the bank as the jobs get it (loaded, or its path)."""
     jobs, plan, oracle_files = [], [], {}
     for spec in runs:
         r = dataclasses.replace(spec, run=dataclasses.replace(spec.run, bank=dict(bank.config)))
         ev = {**evaluation, "negatives": r.run.negatives}
         name = f"{r.baseline.name}/{r.split}/seed{r.seed}"
         plan.append({"name": name, "dir": str(r.dir.relative_to(out_dir))})
-        if _claim(r, _identity(r.run, ev, launcher.threads), force, out_dir) is None:
-            kw = {"num_workers": num_workers, "batch_size": batch_size, "progress": progress_in_job}
-            jobs.append(Job(name, run_job, (r, where, ev), kw))
+        if _claim(r, _identity(r.run, ev, threads), force, out_dir) is None:
+            jobs.append(Job(name, run_job, (r, where, ev), dict(job_kw)))
         else:
             log.info("%s: finished before; skipped", name)
         key = (r.split, r.run.negatives)
         if oracles and key not in oracle_files:
             path = _oracle_file(out_dir, *key)
             oracle_files[key] = str(path.relative_to(out_dir))
-            saved = _read_oracles(path)
-            # a file from before the prior-only oracle lacks its column: scored again
-            stale = saved is None or "map_prior" not in (saved.get("row") or {})
-            if stale or saved.get("eval") != ev:
-                jobs.append(
-                    Job(
-                        f"oracles/{r.split}/{r.run.negatives}",
-                        oracle_job,
-                        (where, r.split, ev, str(path)),
-                    )
-                )
+            if _oracles_stale(path, ev):
+                args = (where, r.split, ev, str(path))
+                jobs.append(Job(f"oracles/{r.split}/{r.run.negatives}", oracle_job, args))
+    return jobs, plan, oracle_files
+
+
+def _oracles_stale(path: Path, evaluation: Mapping) -> bool:
+    """Whether the oracle file at `path` must be scored (again): missing, of other evaluation
+    settings, or from before the prior-only oracle."""
+    saved = _read_oracles(path)
+    # a file from before the prior-only oracle lacks its column: scored again
+    stale = saved is None or "map_prior" not in (saved.get("row") or {})
+    return stale or saved.get("eval") != evaluation
+
+
+def _write_sweep(
+    out_dir: Path,
+    bank,
+    episodes: int,
+    eval_seed: int,
+    runs: Sequence[BaselineRun],
+    plan: list[dict],
+    oracle_files: Mapping[tuple[str, str], str],
+) -> None:
+    """Write the sweep's plan, ``sweep.json`` (what `collect_baselines` reads back)."""
     settings = {
         "bank": bank.config.get("name"),
         "episodes": episodes,
@@ -564,21 +450,18 @@ def run_baselines(
         "oracles": [{"split": s, "negatives": n, "file": f} for (s, n), f in oracle_files.items()],
     }
     write_text(out_dir / "sweep.json", json.dumps(sweep, indent=2) + "\n")
-    to_run = sum(j.fn is run_job for j in jobs)
-    log.info("%d runs: %d to run, %d finished before", len(plan), to_run, len(plan) - to_run)
-    outcomes = run_jobs(jobs, launcher, progress=progress and not launcher.in_process)
+
+
+def _record_killed(jobs: Sequence[Job], outcomes: Sequence) -> None:
+    """Write ``failed.json`` for a run job that failed without writing one itself (killed:
+    no word from it), so `collect_baselines` lists its error."""
     for job, o in zip(jobs, outcomes, strict=True):
         if (
             o.status == "failed"
             and job.fn is run_job
             and not (job.args[0].dir / "failed.json").is_file()
         ):
-            _write_failure(
-                job.args[0].dir, o.error or "failed", o.detail
-            )  # killed: no word from it
-    if any(o.status == "submitted" for o in outcomes):
-        return None
-    return collect_baselines(out_dir)
+            _write_failure(job.args[0].dir, o.error or "failed", o.detail)
 
 
 def check_sweep_folder(out_dir: str | Path) -> None:

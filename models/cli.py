@@ -221,10 +221,10 @@ def baselines_collect(cfg: DictConfig) -> None:
 def _write_baselines(table: dict, out: Path) -> None:
     """Write the table (JSON, Markdown, chart) and print it; runs that failed or are missing
     end the command with exit status 1 after the table is written."""
-    from curi.models.baseline_table import write_table
+    from curi.models.baseline_table import write_baseline_table
     from curi.models.plots import plot_baselines
 
-    paths = write_table(table, out)
+    paths = write_baseline_table(table, out)
     if table["rows"]:
         paths.append(plot_baselines(table, out / "baselines.png"))
     log.info("wrote %s", ", ".join(map(str, paths)))

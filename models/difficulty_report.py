@@ -205,14 +205,9 @@ def difficulty_report(
     names = list(predictors or PREDICTOR_NAMES)
     for name in names:
         validate.choice(name, "predictors", PREDICTOR_NAMES)
-    resolved = [s if isinstance(s, Split) else make_split(bank, s) for s in splits]
-    checkpoints = dict(checkpoints or {})
-    unknown = set(checkpoints) - {s.name for s in resolved}
-    if unknown:
-        raise ConfigError(f"checkpoints for splits not in splits: {sorted(unknown)}")
-    samples = {s.name: concept_sample(s, max_concepts, seed) for s in resolved}
-    for s in resolved:
-        _check_scorable(s, samples[s.name])
+    resolved, checkpoints, samples = _checked_splits(
+        bank, splits, checkpoints, max_concepts=max_concepts, seed=seed
+    )
     scores = predictor_scores(
         bank.concepts,
         [(s.name, s.train, samples[s.name]) for s in resolved],
@@ -241,41 +236,78 @@ def difficulty_report(
             mod = model_outcomes(
                 checkpoints[s.name], bank, s, te, episodes=episodes, seed=seed, device=device
             )
-        sc = scores[s.name]
-        first = names[0]
-        for j, h in enumerate(te.tolist()):
-            r = {
-                "split": s.name,
-                "concept": bank.concepts[h],
-                "length": len(parse(bank.concepts[h])),
-            }
-            r.update({f"{EASY}{p}": float(sc[p].easiness[j]) for p in names})
-            for p in ("2-LS", "cooc"):
-                if p in sc:
-                    r[f"hard_{p}"] = sc[p].hardest[j]
-            if "ext-nn" in sc:  # the training concept that agrees most with the concept
-                near = sc["ext-nn"].hardest
-                r["nearest_train"] = near[j] if near else ""
-            if sc[first].unseen_symbols is not None:
-                r["unseen_symbols"] = bool(sc[first].unseen_symbols[j])
-            r["oracle_ap"], r["oracle_cba"] = float(orc["ap"][j]), float(orc["cba"][j])
-            r["model_ap"] = None if mod is None else float(mod["ap"][j])
-            r["model_exact"] = (
-                None if mod is None or mod["exact"] is None else float(mod["exact"][j])
-            )
-            rows.append(r)
-        d = div.divergences(s.train, s.test)
-        srow = {
-            "split": s.name,
-            "n_test": len(s.test),
-            "n_scored": len(te),
-            "oracle_ap": float(orc["ap"].mean()),
-            "d_compound": d.compound,
-            "model_ap": None if mod is None else float(mod["ap"].mean()),
-            **s.info,
+        rows += _concept_rows(bank, s.name, te, scores[s.name], names, orc, mod)
+        split_rows.append(_split_row(s, te, scores[s.name], names, orc, mod, div))
+    return _report(rows, split_rows, names, threshold)
+
+
+def _checked_splits(bank, splits: Sequence, checkpoints, *, max_concepts, seed):
+    """The splits made (`make_split`), the checkpoints by split name, and each split's test
+    concepts to score (a seeded sample of at most `max_concepts`), checked.
+
+    Raises:
+        ConfigError: checkpoints of splits not scored. SplitError: a split with fewer than
+            two test concepts.
+    """
+    resolved = [s if isinstance(s, Split) else make_split(bank, s) for s in splits]
+    checkpoints = dict(checkpoints or {})
+    unknown = set(checkpoints) - {s.name for s in resolved}
+    if unknown:
+        raise ConfigError(f"checkpoints for splits not in splits: {sorted(unknown)}")
+    samples = {s.name: concept_sample(s, max_concepts, seed) for s in resolved}
+    for s in resolved:
+        _check_scorable(s, samples[s.name])
+    return resolved, checkpoints, samples
+
+
+def _concept_rows(bank, split: str, te, sc: Mapping, names, orc: Mapping, mod) -> list[dict]:
+    """The per-concept rows of a split: each scored test concept (ids `te`) with its
+    predictors' easiness (`sc`), the oracle's outcomes (`orc`) and the model's (`mod`, None
+    without a checkpoint)."""
+    rows = []
+    first = names[0]
+    for j, h in enumerate(te.tolist()):
+        r = {
+            "split": split,
+            "concept": bank.concepts[h],
+            "length": len(parse(bank.concepts[h])),
         }
-        srow.update({f"mean_{p}": float(sc[p].easiness.mean()) for p in names})
-        split_rows.append(srow)
+        r.update({f"{EASY}{p}": float(sc[p].easiness[j]) for p in names})
+        for p in ("2-LS", "cooc"):
+            if p in sc:
+                r[f"hard_{p}"] = sc[p].hardest[j]
+        if "ext-nn" in sc:  # the training concept that agrees most with the concept
+            near = sc["ext-nn"].hardest
+            r["nearest_train"] = near[j] if near else ""
+        if sc[first].unseen_symbols is not None:
+            r["unseen_symbols"] = bool(sc[first].unseen_symbols[j])
+        r["oracle_ap"], r["oracle_cba"] = float(orc["ap"][j]), float(orc["cba"][j])
+        r["model_ap"] = None if mod is None else float(mod["ap"][j])
+        r["model_exact"] = None if mod is None or mod["exact"] is None else float(mod["exact"][j])
+        rows.append(r)
+    return rows
+
+
+def _split_row(s: Split, te, sc: Mapping, names, orc: Mapping, mod, div) -> dict:
+    """A split's row: its sizes, mean outcomes, compound divergence, info and the mean
+    easiness of each predictor."""
+    d = div.divergences(s.train, s.test)
+    srow = {
+        "split": s.name,
+        "n_test": len(s.test),
+        "n_scored": len(te),
+        "oracle_ap": float(orc["ap"].mean()),
+        "d_compound": d.compound,
+        "model_ap": None if mod is None else float(mod["ap"].mean()),
+        **s.info,
+    }
+    srow.update({f"mean_{p}": float(sc[p].easiness.mean()) for p in names})
+    return srow
+
+
+def _report(rows: list[dict], split_rows: list[dict], names, threshold) -> dict:
+    """The report of `difficulty_report` from its rows: the AUC tables of each outcome and
+    the per-split correlations."""
     keys = [f"{EASY}{p}" for p in names]
 
     def table(outcome: str) -> list[dict]:

@@ -330,35 +330,13 @@ def evaluate_checkpoint(
             `bank` other than the checkpoint's.
         BankError: the checkpoint's bank is missing, or another bank is in its place.
     """
-    from curi.models.checkpoint import load_checkpoint
-    from curi.models.config import RunConfig, build_model, run_bank
     from curi.splits import make_split
 
-    ckpt, path = load_checkpoint(checkpoint)
-    run = RunConfig.from_mapping(ckpt["config"])
-    try:  # a crafted or edited checkpoint must not place the bank outside data_dir
-        safe_name(run.bank.get("name", "default"), "bank name")
-    except ConfigError as e:
-        raise ConfigError(f"checkpoint {path} stores a bad bank: {e}") from None
+    ckpt, path, run = _load_run(checkpoint)
     dev = resolve_device(device)
-    if bank is None:
-        try:
-            bank = run_bank(
-                run,
-                data_dir=data_dir,
-                bank_path=ckpt.get("bank_path"),
-                progress=progress,
-                build=build,
-            )
-        except BankMismatchError as e:  # its advice, force=true, would replace that bank
-            where, diff = e.args
-            raise BankError(
-                f"checkpoint {path} was trained on another bank than the one at {where} (they "
-                f"differ in {diff}); give the data_dir that holds its bank, or a new data_dir "
-                "with build=true to build that bank there"
-            ) from None
-    else:
-        check_checkpoint_bank(run.bank, bank, path)
+    bank = _checkpoint_bank(
+        run, ckpt, path, bank, data_dir=data_dir, progress=progress, build=build
+    )
     split_cfg = run.split if split is None else split
     sp = make_split(bank, split_cfg)
     neg = negatives or run.negatives
@@ -366,55 +344,27 @@ def evaluate_checkpoint(
         raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
-    if render_device is not None:
-        run = dataclasses.replace(run, modality={**run.modality, "device": render_device})
-    renderer = make_renderer(run.modality)
-    model = build_model(run, renderer).to(dev)
-    load_weights(model, ckpt, path)
+    run, renderer, model = _load_model(run, ckpt, path, dev, render_device)
     sampler = EpisodeSampler(bank, sp, subset, neg, seed=seed, size=episodes)
     ev = EvalSet.from_bank(bank)
-    metrics = evaluate_episodes(
+    metrics, concepts, ap = _score_model(
         model,
         sampler,
-        run.modality,
-        device=dev,
-        batch_size=batch_size or run.train.batch_for(renderer.name),
+        run,
+        renderer.name,
+        dev,
+        ev,
+        batch_size=batch_size,
         num_workers=num_workers,
         chunk=chunk,
         max_len=ckpt.get("max_len"),
-        eval_set=ev,
-        amp_dtype=run.train.autocast_dtype(dev),
         progress=progress,
-        keep_episodes=per_concept,
-    )
-    concepts, ap = metrics.pop("episode_concepts", None), metrics.pop("episode_ap", None)
-    log.info(
-        "model: mAP %.4f, CBA %.4f on %d %s episodes",
-        metrics["map"],
-        metrics["cba"],
-        episodes,
-        subset,
+        per_concept=per_concept,
     )
     oracle_row = None
     if oracles:
-        oracle_row = score_split(
-            bank,
-            sp,
-            neg,
-            ev,
-            episodes=episodes,
-            prior=prior,
-            likelihood=likelihood,
-            seed=seed,
-            progress=progress,
-            per_episode=per_concept,
-        )
-        log.info(
-            "oracles: mAP strong %.4f weak %.4f random %.4f prior-only %.4f",
-            oracle_row["map_strong"],
-            oracle_row["map_weak"],
-            oracle_row["map_random"],
-            oracle_row["map_prior"],
+        oracle_row = _score_oracles(
+            bank, sp, neg, ev, episodes, prior, likelihood, seed, progress, per_concept
         )
     out = {
         "checkpoint": str(path),
@@ -435,3 +385,135 @@ def evaluate_checkpoint(
         per_episode = (oracle_row or {}).pop("episode_ap", None)
         out["per_concept"] = concept_table(bank, concepts, ap, split=sp.name, oracle_ap=per_episode)
     return out
+
+
+def _load_run(checkpoint: str | Path):
+    """The checkpoint (`curi.models.checkpoint.load_checkpoint`), its path and its run config,
+    with a bank name that stays inside a data folder.
+
+    Raises:
+        ConfigError: a missing or unreadable checkpoint, or one that stores a bad bank name.
+    """
+    from curi.models.checkpoint import load_checkpoint
+    from curi.models.config import RunConfig
+
+    ckpt, path = load_checkpoint(checkpoint)
+    run = RunConfig.from_mapping(ckpt["config"])
+    try:  # a crafted or edited checkpoint must not place the bank outside data_dir
+        safe_name(run.bank.get("name", "default"), "bank name")
+    except ConfigError as e:
+        raise ConfigError(f"checkpoint {path} stores a bad bank: {e}") from None
+    return ckpt, path, run
+
+
+def _checkpoint_bank(run, ckpt: Mapping, path: Path, bank, *, data_dir, progress, build):
+    """The bank of the checkpoint: `bank` once checked to be it, else opened (or built) from
+    the stored bank config (`curi.models.config.run_bank`).
+
+    Raises:
+        BankError: the checkpoint's bank is missing, or another bank is in its place.
+        ConfigError: a given `bank` other than the checkpoint's.
+    """
+    from curi.models.config import run_bank
+
+    if bank is not None:
+        check_checkpoint_bank(run.bank, bank, path)
+        return bank
+    try:
+        return run_bank(
+            run,
+            data_dir=data_dir,
+            bank_path=ckpt.get("bank_path"),
+            progress=progress,
+            build=build,
+        )
+    except BankMismatchError as e:  # its advice, force=true, would replace that bank
+        where, diff = e.args
+        raise BankError(
+            f"checkpoint {path} was trained on another bank than the one at {where} (they "
+            f"differ in {diff}); give the data_dir that holds its bank, or a new data_dir "
+            "with build=true to build that bank there"
+        ) from None
+
+
+def _load_model(run, ckpt: Mapping, path: Path, dev: torch.device, render_device: str | None):
+    """The run config (its modality on `render_device` when given), its renderer and its
+    model on `dev` with the checkpoint's weights."""
+    from curi.models.config import build_model
+
+    if render_device is not None:
+        run = dataclasses.replace(run, modality={**run.modality, "device": render_device})
+    renderer = make_renderer(run.modality)
+    model = build_model(run, renderer).to(dev)
+    load_weights(model, ckpt, path)
+    return run, renderer, model
+
+
+def _score_model(
+    model: ProtoNet,
+    sampler: EpisodeSampler,
+    run,
+    renderer: str,
+    dev: torch.device,
+    ev: EvalSet,
+    *,
+    batch_size: int | None,
+    num_workers: int,
+    chunk: int,
+    max_len: int | None,
+    progress: bool,
+    per_concept: bool,
+):
+    """The model's metrics on the sampler's episodes (`evaluate_episodes`, batches of the
+    training batch size unless `batch_size`), logged, with each episode's concept and AP
+    (None without `per_concept`)."""
+    metrics = evaluate_episodes(
+        model,
+        sampler,
+        run.modality,
+        device=dev,
+        batch_size=batch_size or run.train.batch_for(renderer),
+        num_workers=num_workers,
+        chunk=chunk,
+        max_len=max_len,
+        eval_set=ev,
+        amp_dtype=run.train.autocast_dtype(dev),
+        progress=progress,
+        keep_episodes=per_concept,
+    )
+    concepts, ap = metrics.pop("episode_concepts", None), metrics.pop("episode_ap", None)
+    log.info(
+        "model: mAP %.4f, CBA %.4f on %d %s episodes",
+        metrics["map"],
+        metrics["cba"],
+        len(sampler),
+        sampler.subset,
+    )
+    return metrics, concepts, ap
+
+
+def _score_oracles(
+    bank, sp, neg: str, ev: EvalSet, episodes, prior, likelihood, seed, progress, per_episode
+) -> dict:
+    """The oracles' row on the episodes the model was tested on (`score_split`: same split,
+    negatives, count and seed), logged; with `per_episode`, each episode's AP too."""
+    row = score_split(
+        bank,
+        sp,
+        neg,
+        ev,
+        episodes=episodes,
+        prior=prior,
+        likelihood=likelihood,
+        seed=seed,
+        progress=progress,
+        per_episode=per_episode,
+    )
+    log.info(
+        "oracles: mAP strong %.4f weak %.4f random %.4f prior-only %.4f",
+        row["map_strong"],
+        row["map_weak"],
+        row["map_random"],
+        row["map_prior"],
+    )
+    return row
