@@ -417,17 +417,7 @@ def compositionality_gap(
     episodes, workers, seed = check_gap_options(episodes, workers, seed)
     validate.choice(prior, "prior", PRIORS)  # else refused in a worker, after the bank loaded
     validate.choice(likelihood, "likelihood", LIKELIHOODS)
-    if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
-        splits = [splits]
-    if isinstance(negatives, str):
-        negatives = [negatives]
-    splits, negatives = list(splits), list(negatives)
-    if not splits or not negatives:  # else an empty table, after the evaluation set is built
-        raise ConfigError(
-            f"give at least one split and one kind of negatives, got {splits} and {negatives}"
-        )
-    for neg in negatives:
-        validate.choice(neg, "negatives", NEGATIVES)
+    splits, negatives = _as_lists(splits, negatives)
     validate.choice(negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
     resolved = {}
     for s in splits:
@@ -448,6 +438,24 @@ def compositionality_gap(
     workers = min(workers or available_cores(), len(tasks))
     _run_jobs(_GapJobs(bank, scorer, resolved), tasks, workers, table, progress)
     return table.rows()
+
+
+def _as_lists(splits, negatives) -> tuple[list, list[str]]:
+    """The splits and kinds of negatives of a table's rows as lists, from one or many of
+    each (`compositionality_gap`); none of either, or unknown negatives, is an error (else
+    an empty table, after the evaluation set is built)."""
+    if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
+        splits = [splits]
+    if isinstance(negatives, str):
+        negatives = [negatives]
+    splits, negatives = list(splits), list(negatives)
+    if not splits or not negatives:
+        raise ConfigError(
+            f"give at least one split and one kind of negatives, got {splits} and {negatives}"
+        )
+    for neg in negatives:
+        validate.choice(neg, "negatives", NEGATIVES)
+    return splits, negatives
 
 
 # --- the table's jobs and the pool that runs them ------------------------------------------
