@@ -2,8 +2,8 @@
 scored on a split's test episodes (mAP on the shared evaluation set, class-balanced accuracy on
 the query set) and the split's DBCA divergences, for every split and type of negatives. The
 evaluation set is `curi.oracles.eval_set`, the AP and accuracy maths `curi.oracles.metrics`; here
-are the scoring of a chunk of a split's episodes and the pool that runs the chunks of every
-(split, negatives) row, handing each row on as it finishes."""
+are the scoring of a chunk of a split's episodes (one `GapOracle` after another) and the pool
+that runs the chunks of every (split, negatives) row, handing each row on as it finishes."""
 
 from __future__ import annotations
 
@@ -38,7 +38,14 @@ from curi.splits import PAPER_SPLITS, Split, make_split
 MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
 CHUNK = 1000  # episodes a job scores: the bar moves within a row, and no core idles at the end
 
-__all__ = ["CHUNK", "ROW_KEYS", "check_gap_options", "compositionality_gap", "score_split"]
+__all__ = [
+    "CHUNK",
+    "ROW_KEYS",
+    "GapOracle",
+    "check_gap_options",
+    "compositionality_gap",
+    "score_split",
+]
 
 log = logging.getLogger(__name__)
 # where a row's time goes: building episodes, posteriors, query-set predictive, mAP, random
