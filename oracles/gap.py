@@ -2,8 +2,8 @@
 scored on a split's test episodes (mAP on the shared evaluation set, class-balanced accuracy on
 the query set) and the split's DBCA divergences, for every split and type of negatives. The
 evaluation set is `curi.oracles.eval_set`, the AP and accuracy maths `curi.oracles.metrics`; here
-are the scoring of a chunk of a split's episodes and the pool that runs the chunks of every
-(split, negatives) row, handing each row on as it finishes."""
+are the scoring of a chunk of a split's episodes (one `GapOracle` after another) and the pool
+that runs the chunks of every (split, negatives) row, handing each row on as it finishes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from curi.oracles.metrics import (
     pooled_class_balanced_accuracy,
     random_average_precision,
 )
-from curi.oracles.policies import Oracle
+from curi.oracles.policies import Oracle, PriorOnlyOracle
 from curi.posterior import LIKELIHOODS, PRIORS, Posteriors
 from curi.rng import DerivedStream
 from curi.splits import PAPER_SPLITS, Split, make_split
@@ -37,7 +38,14 @@ from curi.splits import PAPER_SPLITS, Split, make_split
 MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
 CHUNK = 1000  # episodes a job scores: the bar moves within a row, and no core idles at the end
 
-__all__ = ["CHUNK", "ROW_KEYS", "check_gap_options", "compositionality_gap", "score_split"]
+__all__ = [
+    "CHUNK",
+    "ROW_KEYS",
+    "GapOracle",
+    "check_gap_options",
+    "compositionality_gap",
+    "score_split",
+]
 
 log = logging.getLogger(__name__)
 # where a row's time goes: building episodes, posteriors, query-set predictive, mAP, random
@@ -67,6 +75,61 @@ _MAX_CACHED_APS = 200_000  # (concept, posterior) -> AP entries a process keeps
 
 # --- one chunk of a (split, negatives) row ---------------------------------------------------
 @dataclass(frozen=True)
+class _Chunk:
+    """Episodes [start, start + E) of a row, stacked: what every oracle scores."""
+
+    start: int
+    negatives: str
+    concepts: np.ndarray  # (E,) int64
+    s_ids: np.ndarray  # (E, S) support scenes
+    s_labels: np.ndarray  # (E, S)
+    q_ids: np.ndarray  # (E, Q) query scenes
+    q_labels: np.ndarray  # (E, Q) int8
+
+    @classmethod
+    def of(cls, sampler: EpisodeSampler, negatives: str, start: int, stop: int) -> _Chunk:
+        eps = [sampler[i] for i in range(start, stop)]
+        return cls(
+            start,
+            negatives,
+            np.array([e.concept for e in eps], np.int64),
+            *(np.stack([getattr(e, k) for e in eps]) for k in _EPISODE_ARRAYS),
+        )
+
+
+_EPISODE_ARRAYS = ("support_ids", "support_labels", "query_ids", "query_labels")
+
+
+class _Clock:
+    """Seconds per stage (`STAGES`) of scoring one chunk: `lap` charges the time since the
+    last lap (or the start) to a stage."""
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(STAGES, 0.0)
+        self._since = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] += now - self._since
+        self._since = now
+
+
+class GapOracle(Protocol):
+    """One oracle of the gap table, as the table scores it a chunk of episodes at a time.
+
+    `name` is the suffix of its columns (``map_<name>``, ``cba_<name>``; `_ORACLES`).
+    `score` returns the (E,) AP on the evaluation set and the (E, Q) predictive on the query
+    sets of the chunk's episodes, charging its time to `clock` (stages of `STAGES`). Its
+    numbers are those of scoring the episodes one by one, whichever chunks came before
+    (an oracle may keep caches between chunks, never numbers that depend on them).
+    """
+
+    name: str
+
+    def score(self, chunk: _Chunk, clock: _Clock) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
 class _Part:
     """What scoring episodes [start, start + E) of one row gives (`_Scorer`)."""
 
@@ -77,65 +140,131 @@ class _Part:
     stages: dict[str, float]  # seconds per stage (`STAGES`)
 
 
+class _APCache:
+    """The AP on the evaluation set of a posterior against an episode's concept, kept per
+    (negatives, support size, positives in the support, concept, consistent hypotheses): the
+    same concept often comes with the same consistent hypotheses, and the strong and weak
+    oracles often agree. A new one is scored with the others of its call (`oracle_aps`)."""
+
+    def __init__(self, ev: EvalSet, groups: np.ndarray):
+        self.ev, self.groups = ev, groups
+        self._aps: dict[tuple, float] = {}
+
+    def __call__(self, chunk: _Chunk, post: Posteriors) -> np.ndarray:
+        """(E,) AP of each episode's posterior in `post` against its concept."""
+        if len(self._aps) > _MAX_CACHED_APS:  # before the look-ups: every key read is there
+            self._aps.clear()
+        key = (chunk.negatives, chunk.s_labels.shape[1])
+        n_pos = chunk.s_labels.astype(bool).sum(1).tolist()
+        idx, offsets = post.idx, post.offsets
+        keys = [
+            (key, n, h, idx[offsets[j] : offsets[j + 1]].tobytes())
+            for j, (n, h) in enumerate(zip(n_pos, chunk.concepts.tolist(), strict=True))
+        ]
+        todo: dict[tuple, int] = {}  # new key -> its first episode
+        for j, at in enumerate(keys):
+            if at not in self._aps:
+                todo.setdefault(at, j)
+        if todo:
+            which = np.array(list(todo.values()))
+            aps = oracle_aps(self.ev, chunk.concepts[which], post.select(which), self.groups)
+            self._aps.update(zip(todo, aps.tolist(), strict=True))
+        return np.array([self._aps[at] for at in keys])
+
+
+@dataclass(frozen=True)
+class _PosteriorOracle:
+    """The strong or weak oracle: its posterior given each episode's support set, scored by
+    its predictive on the query set and its AP on the evaluation set."""
+
+    name: str
+    oracle: Oracle
+    aps: _APCache
+
+    def score(self, chunk: _Chunk, clock: _Clock) -> tuple[np.ndarray, np.ndarray]:
+        post = self.oracle.posteriors(chunk.s_ids, chunk.s_labels)
+        clock.lap("posterior")
+        q_scores = post.predictive(self.oracle.bank, chunk.q_ids)
+        clock.lap("query")
+        ap = self.aps(chunk, post)
+        clock.lap("map")
+        return ap, q_scores
+
+
+@dataclass(frozen=True)
+class _RandomOracle:
+    """The random oracle: uniform scores, drawn from episode i's own stream of `stream` (the
+    same whichever chunk holds the episode)."""
+
+    ev: EvalSet
+    n_pos_eval: np.ndarray  # (H,) positives of each concept on the evaluation set
+    stream: DerivedStream
+    name: str = "random"
+
+    def score(self, chunk: _Chunk, clock: _Clock) -> tuple[np.ndarray, np.ndarray]:
+        """(E,) APs of uniform scores on the evaluation set and (E, Q) uniform query scores,
+        positives first as the episode lists them unshuffled."""
+        m, q_labels = len(self.ev), chunk.q_labels
+        ap, scores = np.empty(len(chunk.concepts)), np.empty(q_labels.shape)
+        for j, h in enumerate(chunk.concepts.tolist()):
+            rng = self.stream.rng(chunk.start + j)
+            ap[j] = random_average_precision(rng, int(self.n_pos_eval[h]), m)
+            scores[j] = rng.random(q_labels.shape[1])
+        out = np.empty(q_labels.shape)
+        order = np.argsort(-q_labels, axis=1, kind="stable")  # positives first: as unshuffled
+        np.put_along_axis(out, order, scores, axis=1)
+        clock.lap("random")
+        return ap, out
+
+
+@dataclass(frozen=True)
+class _PriorOnly:
+    """The prior-only oracle: its AP per concept and its predictive per scene (the same in
+    every episode, each computed once: `PriorOnlyOracle`)."""
+
+    oracle: PriorOnlyOracle
+    ev: EvalSet
+    name: str = "prior"
+
+    def score(self, chunk: _Chunk, clock: _Clock) -> tuple[np.ndarray, np.ndarray]:
+        concepts, q_ids = chunk.concepts.tolist(), chunk.q_ids
+        aps = {h: self.oracle.eval_average_precision(self.ev, h) for h in set(concepts)}
+        ap = np.array([aps[h] for h in concepts])
+        q_scores = self.oracle.predictive(q_ids.reshape(-1)).reshape(q_ids.shape)
+        clock.lap("prior")
+        return ap, q_scores
+
+
 class _Scorer:
     """Scores chunks of a row's episodes; what chunks share (episode samplers, oracles, the
-    prior-only oracle's caches, the AP of a (concept, posterior) seen before: the same
-    concept often comes with the same consistent hypotheses) is kept for the next chunk of
-    the same process. Every number equals, to the bits, scoring the episodes one by one."""
+    prior-only oracle's caches, the AP of a (concept, posterior) seen before) is kept for the
+    next chunk of the same process. Every number equals, to the bits, scoring the episodes
+    one by one."""
 
     def __init__(self, bank, ev: EvalSet, *, prior, likelihood, seed, negative_sampler):
         self.bank, self.ev = bank, ev
         self.prior, self.likelihood, self.seed = prior, likelihood, seed
         self.negative_sampler = negative_sampler
-        self.groups = np.asarray(bank.groups)
         self.n_pos_eval = np.bitwise_count(ev.rows).sum(1)  # (H,) positives on the eval set
-        self.prior_only = _prior_only(bank, prior)
-        self._rows: dict[tuple, tuple] = {}  # (split, negatives) -> sampler, oracles, stream
-        self._aps: dict[tuple, float] = {}
+        self.prior_only = _PriorOnly(_prior_only(bank, prior), ev)
+        self.aps = _APCache(ev, np.asarray(bank.groups))
+        self._rows: dict[tuple, tuple] = {}  # (split, negatives) -> sampler, oracles
 
     def __call__(self, split: Split, negatives: str, start: int, stop: int) -> _Part:
         """Score episodes [start, stop) of the row (split, negatives)."""
-        stages = dict.fromkeys(STAGES, 0.0)
-        clock = time.perf_counter
+        clock = _Clock()
+        sampler, oracles = self._row(split, negatives)
+        chunk = _Chunk.of(sampler, negatives, start, stop)
+        clock.lap("episodes")
+        got = {oracle.name: oracle.score(chunk, clock) for oracle in oracles}
+        got.setdefault("weak", got["strong"])  # instance IID: the weak oracle is the strong one
+        ap = np.stack([got[name][0] for name in _ORACLES])
+        q_scores = np.stack([got[name][1] for name in _ORACLES])
+        return _Part(start, ap, q_scores, chunk.q_labels, clock.seconds)
 
-        def lap(stage: str, since: float) -> float:
-            now = clock()
-            stages[stage] += now - since
-            return now
-
-        t = clock()
-        sampler, strong, weak, stream = self._row(split, negatives)
-        eps = [sampler[i] for i in range(start, stop)]
-        concepts = np.array([e.concept for e in eps], np.int64)
-        s_ids, s_labels = np.stack([e.support_ids for e in eps]), [e.support_labels for e in eps]
-        s_labels = np.stack(s_labels)
-        q_ids, q_labels = (
-            np.stack([e.query_ids for e in eps]),
-            np.stack([e.query_labels for e in eps]),
-        )
-        t = lap("episodes", t)
-        posts = [strong.posteriors(s_ids, s_labels)]
-        posts.append(posts[0] if weak is None else weak.posteriors(s_ids, s_labels))
-        t = lap("posterior", t)
-        q_scores = np.zeros((4, *q_ids.shape))
-        q_scores[0] = posts[0].predictive(self.bank, q_ids)
-        q_scores[1] = q_scores[0] if weak is None else posts[1].predictive(self.bank, q_ids)
-        t = lap("query", t)
-        ap = np.zeros((4, len(eps)))
-        key = (negatives, s_labels.shape[1])
-        n_pos = s_labels.astype(bool).sum(1).tolist()
-        ap[:2] = self._map(key, concepts, n_pos, posts[:1] if weak is None else posts)
-        t = lap("map", t)
-        ap[2], q_scores[2] = self._random(stream, concepts, q_labels, start)
-        t = lap("random", t)
-        ap[3], q_scores[3] = self._prior_only(concepts, q_ids)
-        lap("prior", t)
-        return _Part(start, ap, q_scores, q_labels, stages)
-
-    def _row(self, split: Split, negatives: str) -> tuple:
-        """(episode sampler, strong oracle, weak oracle (None: the strong one), random
-        oracle's stream) of a row, made once per process (its caches kept for its next
-        chunk)."""
+    def _row(self, split: Split, negatives: str) -> tuple[EpisodeSampler, list[GapOracle]]:
+        """(episode sampler, oracles) of a row, made once per process (their caches kept for
+        its next chunk); no weak oracle where it would be the strong one."""
         key = (split.name, negatives)
         if key not in self._rows:
             sampler = EpisodeSampler(
@@ -147,72 +276,27 @@ class _Scorer:
                 size=MAX_GAP_EPISODES,
                 negative_sampler=self.negative_sampler,
             )
-            kw = {"prior": self.prior, "likelihood": self.likelihood, "negatives": negatives}
-            strong = Oracle.strong(self.bank, **kw)
-            same = len(split.train) == len(self.bank)  # instance IID: weak is strong
-            weak = None if same else Oracle.weak(self.bank, split, **kw)
-            purpose = f"random-oracle:{split.name}:{negatives}"
             if len(self._rows) >= 2:  # a process scores one row, or two where rows meet
                 del self._rows[next(iter(self._rows))]
-            self._rows[key] = (sampler, strong, weak, DerivedStream(self.seed, purpose, "random"))
+            self._rows[key] = (sampler, self._oracles(split, negatives))
         return self._rows[key]
 
-    def _map(self, key: tuple, concepts: np.ndarray, n_pos: list, posts: list) -> list:
-        """(E,) AP on the evaluation set of each episode's posterior against its concept, for
-        each of `posts`; a (concept, posterior) seen before is not scored again, the others
-        are scored together (`oracle_aps`)."""
-        if len(self._aps) > _MAX_CACHED_APS:  # before the look-ups: every key read is there
-            self._aps.clear()
-        keys, todo = [], {}
-        for k, post in enumerate(posts):
-            idx, offsets = post.idx, post.offsets
-            keys.append(
-                [
-                    (key, n, h, idx[offsets[j] : offsets[j + 1]].tobytes())
-                    for j, (n, h) in enumerate(zip(n_pos, concepts.tolist(), strict=True))
-                ]
-            )
-            for j, at in enumerate(keys[-1]):
-                if at not in self._aps:
-                    todo.setdefault(at, (k, j))
-        if todo:
-            which = np.array(list(todo.values()))  # (oracle, episode) of each new key
-            parts = [posts[k].select(which[which[:, 0] == k, 1]) for k in range(len(posts))]
-            order = np.argsort(which[:, 0], kind="stable")
-            aps = oracle_aps(
-                self.ev, concepts[which[order, 1]], Posteriors.concat(parts), self.groups
-            )
-            new = list(todo)
-            for i, ap in zip(order.tolist(), aps.tolist(), strict=True):
-                self._aps[new[i]] = ap
-        return [np.array([self._aps[at] for at in ks]) for ks in keys]
-
-    def _random(self, stream, concepts, q_labels, start) -> tuple[np.ndarray, np.ndarray]:
-        """The random oracle: (E,) APs of uniform scores on the evaluation set and (E, Q)
-        uniform query scores, positives first as the episode lists them unshuffled."""
-        m, ap, scores = len(self.ev), np.empty(len(concepts)), np.empty(q_labels.shape)
-        for j, h in enumerate(concepts.tolist()):
-            rng = stream.rng(start + j)
-            ap[j] = random_average_precision(rng, int(self.n_pos_eval[h]), m)
-            scores[j] = rng.random(q_labels.shape[1])
-        out = np.empty(q_labels.shape)
-        order = np.argsort(-q_labels, axis=1, kind="stable")  # positives first: as unshuffled
-        np.put_along_axis(out, order, scores, axis=1)
-        return ap, out
-
-    def _prior_only(self, concepts, q_ids) -> tuple[np.ndarray, np.ndarray]:
-        """The prior-only oracle: its AP per concept and its predictive per scene (the same
-        in every episode)."""
-        oracle = self.prior_only
-        aps = {h: oracle.eval_average_precision(self.ev, h) for h in np.unique(concepts).tolist()}
-        ap = np.array([aps[h] for h in concepts.tolist()])
-        return ap, oracle.predictive(q_ids.reshape(-1)).reshape(q_ids.shape)
+    def _oracles(self, split: Split, negatives: str) -> list[GapOracle]:
+        """The strong, weak (none for instance IID), random and prior-only oracles of a row."""
+        kw = {"prior": self.prior, "likelihood": self.likelihood, "negatives": negatives}
+        oracles: list[GapOracle] = [
+            _PosteriorOracle("strong", Oracle.strong(self.bank, **kw), self.aps)
+        ]
+        if len(split.train) != len(self.bank):  # instance IID: weak is strong
+            oracles.append(_PosteriorOracle("weak", Oracle.weak(self.bank, split, **kw), self.aps))
+        stream = DerivedStream(self.seed, f"random-oracle:{split.name}:{negatives}", "random")
+        return [*oracles, _RandomOracle(self.ev, self.n_pos_eval, stream), self.prior_only]
 
 
 _last_prior_only: list = []  # [(bank, prior, oracle)]: the last prior-only oracle of this process
 
 
-def _prior_only(bank, prior: str):
+def _prior_only(bank, prior: str) -> PriorOnlyOracle:
     """The prior-only oracle of (bank, prior), kept for the next table or row of the same
     bank in this process, so its per-scene and per-concept caches carry over (its scores do
     not depend on the split or the negatives); its per-scene cache is shared with the
@@ -340,17 +424,7 @@ def compositionality_gap(
     episodes, workers, seed = check_gap_options(episodes, workers, seed)
     validate.choice(prior, "prior", PRIORS)  # else refused in a worker, after the bank loaded
     validate.choice(likelihood, "likelihood", LIKELIHOODS)
-    if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
-        splits = [splits]
-    if isinstance(negatives, str):
-        negatives = [negatives]
-    splits, negatives = list(splits), list(negatives)
-    if not splits or not negatives:  # else an empty table, after the evaluation set is built
-        raise ConfigError(
-            f"give at least one split and one kind of negatives, got {splits} and {negatives}"
-        )
-    for neg in negatives:
-        validate.choice(neg, "negatives", NEGATIVES)
+    splits, negatives = _as_lists(splits, negatives)
     validate.choice(negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
     resolved = {}
     for s in splits:
@@ -371,6 +445,24 @@ def compositionality_gap(
     workers = min(workers or available_cores(), len(tasks))
     _run_jobs(_GapJobs(bank, scorer, resolved), tasks, workers, table, progress)
     return table.rows()
+
+
+def _as_lists(splits, negatives) -> tuple[list, list[str]]:
+    """The splits and kinds of negatives of a table's rows as lists, from one or many of
+    each (`compositionality_gap`); none of either, or unknown negatives, is an error (else
+    an empty table, after the evaluation set is built)."""
+    if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
+        splits = [splits]
+    if isinstance(negatives, str):
+        negatives = [negatives]
+    splits, negatives = list(splits), list(negatives)
+    if not splits or not negatives:
+        raise ConfigError(
+            f"give at least one split and one kind of negatives, got {splits} and {negatives}"
+        )
+    for neg in negatives:
+        validate.choice(neg, "negatives", NEGATIVES)
+    return splits, negatives
 
 
 # --- the table's jobs and the pool that runs them ------------------------------------------

@@ -114,9 +114,9 @@ class GapFolder:
         text = f"{len(rows)} of {self.total} rows; {again(self.out)}\n"
         write_text(self.out / PARTIAL, text)
         write_text(self.out / "gap.json", _json(rows))
+        self.written = len(rows)  # kept from here: a signal while gap.md is written says so
         title = f"# Compositionality gap (partial: {len(rows)} of {self.total} rows)\n\n"
         write_text(self.out / "gap.md", title + _meta(meta) + markdown_table(rows))
-        self.written = len(rows)
 
     def finish(self, rows: list[dict], *, meta: dict, title: str) -> dict[str, Path]:
         """Write the whole table (gap.json, gap.md, gap.png) and remove the partial marker."""

@@ -29,9 +29,9 @@ __all__ = [
     "Predict",
     "check_threshold",
     "model_predictions",
-    "score_model",
-    "score_predictions",
+    "score_arrays",
     "score_file",
+    "score_model",
 ]
 
 Predict = Callable[[Any, np.ndarray, Any], Any]
@@ -96,7 +96,7 @@ def model_predictions(
 
     Returns:
         ``query_scores`` (E, Q) and ``eval_scores`` (E, M) float64, and ``index`` (E,): the
-        arrays `score_predictions` and `score_file` read.
+        arrays `score_arrays` and `score_file` read.
 
     Raises:
         ConfigError: a bad split or option, or `predict` returning the wrong number of scores.
@@ -123,7 +123,7 @@ def model_predictions(
     return {"query_scores": q_scores, "eval_scores": e_scores, "index": np.arange(episodes)}
 
 
-def score_predictions(
+def score_arrays(
     bank,
     split: Split | str | Mapping,
     *,
@@ -137,7 +137,7 @@ def score_predictions(
     prior: str = "log_linear",
     likelihood: str = "size_principle",
 ) -> dict[str, list[dict]]:
-    """The benchmark's metrics of a model's scores on episodes 0..E-1 of
+    """The benchmark's metrics of a model's scores, given as arrays, on episodes 0..E-1 of
     (split, subset, negatives, seed).
 
     Args:
@@ -230,7 +230,7 @@ def score_model(
     progress: bool = False,
 ) -> dict[str, list[dict]]:
     """Score a model given as a `Predict` callable on one or more splits: `model_predictions`
-    (its inputs made by `render` or `render_ids`) then `score_predictions` per split; the rows
+    (its inputs made by `render` or `render_ids`) then `score_arrays` per split; the rows
     of all splits together. For a model trained on `curi.models.data.episode_dataset`,
     `curi.models.score_model` renders the same modality config instead.
 
@@ -239,7 +239,7 @@ def score_model(
 
     Raises:
         ConfigError: no split, a threshold that is not a finite number, or what
-            `model_predictions` and `score_predictions` raise.
+            `model_predictions` and `score_arrays` raise.
     """
     threshold = check_threshold(threshold)  # before the model runs
     if isinstance(splits, (str, Split)) or hasattr(splits, "keys"):
@@ -260,7 +260,7 @@ def score_model(
             progress=progress,
             **kw,
         )
-        got = score_predictions(
+        got = score_arrays(
             bank,
             sp,
             query_scores=pred["query_scores"],
@@ -275,9 +275,9 @@ def score_model(
 
 
 def score_file(path: str | Path, bank, split: Split | str | Mapping, **options) -> dict:
-    """`score_predictions` of a scores file: an ``.npz`` with ``query_scores`` (E, Q) and
+    """`score_arrays` of a scores file: an ``.npz`` with ``query_scores`` (E, Q) and
     ``eval_scores`` (E, M) (as `model_predictions` returns; ``np.savez(path, **pred)``).
-    `options` are those of `score_predictions` (subset, negatives, seed, threshold, ...).
+    `options` are those of `score_arrays` (subset, negatives, seed, threshold, ...).
 
     Raises:
         ConfigError: the file is missing or lacks an array.
@@ -298,4 +298,4 @@ def score_file(path: str | Path, bank, split: Split | str | Mapping, **options) 
             f"the scores file {path} lacks {', '.join(missing)}; it needs query_scores (E, Q) "
             "and eval_scores (E, M)"
         )
-    return score_predictions(bank, split, **arrays, **options)
+    return score_arrays(bank, split, **arrays, **options)

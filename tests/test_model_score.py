@@ -75,12 +75,12 @@ def test_shuffled_sets_change_no_oracle_answer(tiny_bank):
     assert moved > 30  # the shuffle really moves the labels
 
 
-def test_score_file_scores_a_saved_predictions_file_as_score_predictions(tiny_bank, tmp_path):
+def test_score_file_scores_a_saved_predictions_file_as_score_arrays(tiny_bank, tmp_path):
     """The README's file route: `model_predictions` saved with ``np.savez`` and read back by
     `score_file` gives the same metrics as scoring the arrays directly; a file without one of
     the two arrays, or no file, is one clear error."""
     from curi.errors import ConfigError
-    from curi.oracles.model_score import model_predictions, score_file, score_predictions
+    from curi.oracles.model_score import model_predictions, score_arrays, score_file
 
     rng = np.random.default_rng(1)
     pred = model_predictions(
@@ -88,7 +88,7 @@ def test_score_file_scores_a_saved_predictions_file_as_score_predictions(tiny_ba
     )
     np.savez(tmp_path / "scores.npz", **pred)
     from_file = score_file(tmp_path / "scores.npz", tiny_bank, "concept_iid", threshold=0.5)
-    direct = score_predictions(
+    direct = score_arrays(
         tiny_bank,
         "concept_iid",
         query_scores=pred["query_scores"],
