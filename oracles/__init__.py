@@ -22,7 +22,7 @@ from curi.oracles.metrics import (
     class_balanced_accuracy_batch,
     pooled_class_balanced_accuracy,
 )
-from curi.oracles.policies import Oracle
+from curi.oracles.oracle import Oracle
 
 __all__ = [
     "DivergenceIndex",

@@ -19,7 +19,7 @@ from curi.oracles.metrics import (
     oracle_average_precision,
     roc_auc,
 )
-from curi.oracles.policies import Oracle
+from curi.oracles.oracle import Oracle
 from curi.posterior import predictive_on
 from curi.predictors import THRESHOLDS
 from curi.rng import derive_rng

@@ -30,7 +30,7 @@ from curi.oracles.metrics import (
     pooled_class_balanced_accuracy,
     random_average_precision,
 )
-from curi.oracles.policies import Oracle, PriorOnlyOracle
+from curi.oracles.oracle import Oracle, PriorOnlyOracle
 from curi.posterior import LIKELIHOODS, PRIORS, Posteriors
 from curi.rng import DerivedStream
 from curi.splits import PAPER_SPLITS, Split, make_split

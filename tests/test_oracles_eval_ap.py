@@ -10,7 +10,7 @@ from curi.episodes import EpisodeSampler
 from curi.oracles import eval_ap, metrics
 from curi.oracles.eval_ap import oracle_aps
 from curi.oracles.eval_set import EvalSet
-from curi.oracles.policies import Oracle
+from curi.oracles.oracle import Oracle
 from curi.posterior import Posteriors
 from curi.splits import make_split
 

@@ -25,7 +25,7 @@ from curi.oracles.metrics import (
     pooled_class_balanced_accuracy,
     random_average_precision,
 )
-from curi.oracles.policies import Oracle
+from curi.oracles.oracle import Oracle
 from curi.splits import make_split
 
 

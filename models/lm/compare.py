@@ -22,7 +22,7 @@ METRICS = ("cba", "ap", "eval_ap")
 
 
 def _oracle(bank, folder: Path, info: dict, policy: str, options: dict):
-    from curi.oracles.policies import Oracle
+    from curi.oracles.oracle import Oracle
     from curi.splits.saved import load_split
 
     kw = {**options, "negatives": info["negatives"]}

@@ -108,7 +108,7 @@ class OracleLM(LM):
 
     def oracle(self, task: str):
         """The oracle of a task (its negatives; for the weak policy, its split)."""
-        from curi.oracles.policies import Oracle
+        from curi.oracles.oracle import Oracle
         from curi.splits.saved import load_split
 
         if task not in self._oracles:
