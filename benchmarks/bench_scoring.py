@@ -1,6 +1,7 @@
-"""Scoring a model with `curi.models.score_model`: the embedding path (``embed`` / ``compare``:
-the evaluation set embedded once per split) against the per-episode ``predict`` path (the
-whole evaluation set rendered and embedded again in every episode), on the same episodes and
+"""Scoring a model with `curi.models.score_in_modality`: the embedding path (``embed`` /
+``compare``: the evaluation set embedded once per split) against the per-episode ``predict``
+path (the whole evaluation set rendered and embedded again in every episode), on the same
+episodes and
 with the same network, so the metrics agree and only the time differs.
 
     python benchmarks/bench_scoring.py --bank tiny --modality image [--episodes 200]
@@ -14,7 +15,7 @@ per-episode times are printed beside the totals.
 Models: a small conv net (two stride-2 3x3 convs, 16 and 32 channels, global average pooling)
 on 60 x 40 images, or a per-object MLP (20 -> 64 -> 64, summed over real objects) on the schema;
 prototypical log-odds (squared distance to the negative prototype minus the positive's). One
-torch thread. Prints the median wall time of each path (score_model called and returned, no
+torch thread. Prints the median wall time of each path (score_in_modality called and returned, no
 oracles) and their ratio."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from _report import machine
 from torch import nn
 
 from curi import build_bank, load_bank
-from curi.models import score_model
+from curi.models import score_in_modality
 
 MODALITIES = {"image": {"name": "image", "width": 60, "height": 40}, "schema": {"name": "schema"}}
 
@@ -97,7 +98,7 @@ def main() -> None:
         kw = {"modality": MODALITIES[args.modality], "threshold": 0.0, "oracles": False}
 
         def by_embed(episodes: int):
-            return score_model(
+            return score_in_modality(
                 None, bank, "concept_iid", embed=embed, compare=compare, episodes=episodes, **kw
             )
 
@@ -107,7 +108,7 @@ def main() -> None:
             (fast, embedded) if k == args.episodes else timed(lambda: by_embed(k), args.repeats)
         )
         slow, predicted = timed(
-            lambda: score_model(predict, bank, "concept_iid", episodes=k, **kw),
+            lambda: score_in_modality(predict, bank, "concept_iid", episodes=k, **kw),
             args.predict_repeats or args.repeats,
         )
     a, b = embedded_k["splits"][0], predicted["splits"][0]

@@ -52,7 +52,7 @@ _EXPORTS = {
         "prototype_logits",
     ],
     "curi.models.runtime": ["Runtime", "resolve_device", "start_runtime"],
-    "curi.models.scoring": ["score_model"],
+    "curi.models.scoring": ["score_in_modality"],
 }
 __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
 
@@ -99,7 +99,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
         prototype_logits,
     )
     from curi.models.runtime import Runtime, resolve_device, start_runtime
-    from curi.models.scoring import score_model
+    from curi.models.scoring import score_in_modality
 
 __all__ = [
     "SPECIALS",
@@ -142,7 +142,7 @@ __all__ = [
     "register_encoder",
     "register_pooler",
     "resolve_device",
-    "score_model",
+    "score_in_modality",
     "start_runtime",
     "write_metrics",
 ]

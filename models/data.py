@@ -5,7 +5,7 @@ the training stream, the step-seeded stream of training episode indices, and the
 evaluation set.
 
 `episode_dataset` is the public entry point for training one's own model; score it with
-`curi.models.score_model` and the same modality config (`curi.models.scoring`)."""
+`curi.models.score_in_modality` and the same modality config (`curi.models.scoring`)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from curi.oracles import model_score
 from curi.oracles.model_score import Predict
 from curi.splits import Split
 
-__all__ = ["Compare", "Embed", "model_predictions", "scene_inputs", "score_model"]
+__all__ = ["Compare", "Embed", "model_predictions", "scene_inputs", "score_in_modality"]
 
 Embed = Callable[[Any], Any]
 """``embed(inputs) -> (N, D)`` vectors of N rendered scenes (a tensor or an array)."""
@@ -146,7 +146,7 @@ def model_predictions(
         )
 
 
-def score_model(
+def score_in_modality(
     predict: Predict | None,
     bank,
     splits: Sequence[Split | str | Mapping] | Split | str,
@@ -190,7 +190,7 @@ def score_model(
     """
     if threshold is None:
         raise ConfigError(
-            "score_model needs threshold: 0.5 if the model returns probabilities, 0 for "
+            "score_in_modality needs threshold: 0.5 if the model returns probabilities, 0 for "
             "logits or log-odds"
         )
     threshold = model_score.check_threshold(threshold)

@@ -89,7 +89,7 @@ def model_predictions(
 
     `render` turns scene records into model inputs (e.g. ``lambda r: renderer(r).data`` with
     a `curi.renderers` renderer); default: the records themselves. `render_ids` instead turns
-    the bank's scene ids ((N,) int64) into inputs, without records (`curi.models.score_model`
+    the bank's scene ids ((N,) int64) into inputs, without records (`curi.models.score_in_modality`
     renders a modality this way, as its episode dataset does). The evaluation set is rendered
     once; per episode, `predict` is called twice, with the query set and with the evaluation
     set as targets.
@@ -232,7 +232,7 @@ def score_model(
     """Score a model given as a `Predict` callable on one or more splits: `model_predictions`
     (its inputs made by `render` or `render_ids`) then `score_arrays` per split; the rows
     of all splits together. For a model trained on `curi.models.data.episode_dataset`,
-    `curi.models.score_model` renders the same modality config instead.
+    `curi.models.score_in_modality` renders the same modality config instead.
 
     Returns:
         ``{"splits": [one row per split], "concepts": [one row per (split, concept)]}``.

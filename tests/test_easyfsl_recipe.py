@@ -1,6 +1,6 @@
 """The README's easyfsl recipe ("Train your own model", the block after `MARKER`) runs as
 printed: easyfsl's `PrototypicalNetworks` trained on `episode_dataset` (one curi episode = one
-2-way task) and scored with `curi.models.score_model`'s embedding path, on the tiny bank, in a
+2-way task) and scored with `curi.models.score_in_modality`'s embedding path, on the tiny bank, in a
 fresh process as a user would run it. easyfsl is in the test extra."""
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ def easyfsl_code() -> str:
 
 def test_the_easyfsl_recipe_trains_and_scores_beside_the_oracles(tiny_bank_dir, tmp_path):
     code = easyfsl_code()
-    assert "from easyfsl" in code and "score_model(" in code  # the recipe, not another block
+    assert "from easyfsl" in code and "score_in_modality(" in code  # the recipe, not another block
     # The tiny bank of the test session is the recipe's `build_bank("tiny")` in this data dir.
     stdout, scores = run_readme_scores(code, tiny_bank_dir.parent, tmp_path)
     assert set(scores) == {"splits", "concepts"}
     assert [row["split"] for row in scores["splits"]] == ["concept_iid", "binding_color"]
     for row in scores["splits"]:
-        assert row["episodes"] == 100  # score_model's default number of episodes
+        assert row["episodes"] == 100  # score_in_modality's default number of episodes
         assert {"map", "cba", "map_strong", "map_weak", "map_random", "cba_strong"} <= set(row)
         assert math.isfinite(row["map"]) and 0 < row["map"] <= 1
         assert math.isfinite(row["cba"]) and 0 <= row["cba"] <= 1

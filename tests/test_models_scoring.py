@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from curi.errors import ConfigError
-from curi.models import RunConfig, TrainSettings, score_model
+from curi.models import RunConfig, TrainSettings, score_in_modality
 from curi.models.data import EvalSceneDataset, episode_dataset
 from curi.models.scoring import model_predictions
 from curi.models.train import train
@@ -103,21 +103,23 @@ def test_the_embedding_path_scores_as_predict_and_embeds_the_eval_set_once(tiny_
     for key in ("query_scores", "eval_scores"):
         np.testing.assert_allclose(fast[key], slow[key], rtol=1e-9, atol=1e-9)
     common = {"modality": modality, "episodes": EPISODES, "threshold": 0.0, "oracles": False}
-    by_predict = score_model(predict, tiny_bank, "concept_iid", **common)
-    by_embed = score_model(None, tiny_bank, "concept_iid", embed=embed, compare=compare, **common)
+    by_predict = score_in_modality(predict, tiny_bank, "concept_iid", **common)
+    by_embed = score_in_modality(
+        None, tiny_bank, "concept_iid", embed=embed, compare=compare, **common
+    )
     assert by_embed == by_predict
 
 
 def test_the_threshold_is_required(tiny_bank):
     with pytest.raises(ConfigError, match="threshold"):
-        score_model(lambda s, y, t: np.zeros(len(t[0])), tiny_bank, "concept_iid", episodes=1)
+        score_in_modality(lambda s, y, t: np.zeros(len(t[0])), tiny_bank, "concept_iid", episodes=1)
 
 
 @pytest.mark.parametrize("threshold", [float("nan"), "abc"])
 def test_a_threshold_that_is_not_a_finite_number_is_one_clear_error(tiny_bank, threshold):
     """A threshold of "abc" was a raw ValueError of float(); NaN was accepted."""
     with pytest.raises(ConfigError, match=r"^threshold must be a number .*, got "):
-        score_model(
+        score_in_modality(
             lambda s, y, t: np.zeros(len(t[0])),
             tiny_bank,
             "concept_iid",
@@ -135,7 +137,7 @@ def test_predict_or_embed_and_compare(tiny_bank, given):
     given = dict(given)
     predict = (lambda s, y, t: np.zeros(len(t[0]))) if given.pop("predict", False) else None
     with pytest.raises(ConfigError, match="predict|embed"):
-        score_model(predict, tiny_bank, "concept_iid", threshold=0.5, episodes=1, **given)
+        score_in_modality(predict, tiny_bank, "concept_iid", threshold=0.5, episodes=1, **given)
 
 
 def test_mask_channel_is_the_mask_as_a_21st_feature(tiny_bank):
