@@ -186,7 +186,7 @@ def _attr(module: str, name: str):
 # Dotted option -> where its values are declared (the library's own tables), each imported only
 # when an option of that name is checked.
 _CHOICES: dict[str, Callable[[], tuple]] = {
-    "prior": lambda: _attr("curi.posterior", "PRIORS"),
+    "prior": lambda: _attr("curi.prior", "PRIORS"),
     "likelihood": lambda: _attr("curi.posterior", "LIKELIHOODS"),
     "negatives": lambda: _attr("curi.posterior", "NEGATIVES"),
     "query_negatives": lambda: _attr("curi.episodes", "QUERY_NEGATIVES"),

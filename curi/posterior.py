@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from curi.bits import pack_rows, unpack_rows
+from curi.prior import PRIORS, concept_log_prior
 from curi.validate import choice
 
 __all__ = [
@@ -18,7 +19,6 @@ __all__ = [
     "NEGATIVES",
     "NUM_NEGATIVES",
     "NUM_POSITIVES",
-    "PRIORS",
     "Posterior",
     "Posteriors",
     "consistent_words",
@@ -27,7 +27,6 @@ __all__ = [
     "predictive_on",
 ]
 
-PRIORS = ("log_linear", "pcfg")
 LIKELIHOODS = ("size_principle", "consistent")
 NEGATIVES = ("hard", "easy")  # how a support set's negatives are drawn (paper, section 3)
 NUM_POSITIVES = 5  # a support set's positives (paper, section 3)
@@ -101,9 +100,7 @@ class Posterior:
         self.mask = pack_rows(member)  # (ceil(H / 64),)
         self.likelihood = likelihood
         self.negatives = negatives
-        self.log_prior = np.asarray(
-            bank.log_prior if prior == "log_linear" else bank.pcfg_logprob, np.float64
-        )
+        self.log_prior = concept_log_prior(bank, prior)
         counts = np.asarray(bank.counts, np.float64)
         self._log_size = np.log(counts)
         self._log_rest = np.log(bank.num_scenes - counts)

@@ -31,7 +31,8 @@ from curi.oracles.metrics import (
     random_average_precision,
 )
 from curi.oracles.oracle import Oracle, PriorOnlyOracle
-from curi.posterior import LIKELIHOODS, PRIORS, Posteriors
+from curi.posterior import LIKELIHOODS, Posteriors
+from curi.prior import PRIORS
 from curi.rng import DerivedStream
 from curi.splits import PAPER_SPLITS, Split, make_split
 

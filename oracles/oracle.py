@@ -14,7 +14,8 @@ import numpy as np
 
 from curi.bits import set_bits
 from curi.oracles.metrics import FixedScores, oracle_scores
-from curi.posterior import LIKELIHOODS, PRIORS, Posterior, posterior_predictive
+from curi.posterior import LIKELIHOODS, Posterior, posterior_predictive
+from curi.prior import PRIORS
 
 if TYPE_CHECKING:
     from curi.oracles.eval_set import EvalSet

@@ -13,7 +13,7 @@ from curi.episodes import EpisodeSampler
 from curi.oracles import Oracle
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.gap import score_split
-from curi.posterior import PRIORS
+from curi.prior import PRIORS
 from curi.splits import make_split
 
 

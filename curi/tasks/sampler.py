@@ -13,7 +13,8 @@ import numpy as np
 from curi import validate
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
-from curi.posterior import LIKELIHOODS, PRIORS, Posterior, hypothesis_bits
+from curi.posterior import LIKELIHOODS, Posterior, hypothesis_bits
+from curi.prior import PRIORS
 from curi.rng import derive_rng
 from curi.splits import Split, make_split
 from curi.tasks.draw import Pools, classify, draw_candidates, draw_context_rule, pick_balanced
