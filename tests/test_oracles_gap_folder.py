@@ -129,6 +129,12 @@ def test_a_table_without_its_settings_is_refused(tiny_bank_dir, tmp_path, capsys
     ]
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """SIGINT's default in the command: a test run started in the background inherits it
+    ignored, and a command leaves an ignored signal ignored (as a shell's background job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
 def test_a_signal_ends_the_command_in_one_line_keeping_the_finished_rows(
     tiny_bank_dir, tmp_path, signum
@@ -143,6 +149,7 @@ def test_a_signal_ends_the_command_in_one_line_keeping_the_finished_rows(
         stderr=subprocess.PIPE,
         text=True,
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     try:
         deadline = time.monotonic() + 50  # a hang guard, not a speed check

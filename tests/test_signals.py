@@ -22,6 +22,16 @@ def test_a_signal_in_the_block_raises_interrupted_once_and_the_handlers_come_bac
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+@pytest.fixture
+def ctrl_c():
+    """Python's own Ctrl-C handler, as in a terminal, for the test: a test run started in
+    the background inherits SIGINT ignored, which `stop_on_signals` rightly leaves ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("ctrl_c")
 def test_a_second_signal_does_not_interrupt_the_clean_up():
     cleaned = []
     with pytest.raises(Interrupted) as e, stop_on_signals():
