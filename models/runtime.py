@@ -33,7 +33,6 @@ __all__ = [
     "resolve_device",
     "start_runtime",
     "to_device",
-    "torchrun_env",
 ]
 
 

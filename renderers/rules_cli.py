@@ -14,7 +14,7 @@ from curi.core_cli import check_bank_of, open_bank_from_config, split_from_confi
 from curi.errors import ConceptError, ConfigError
 from curi.paths import output_path, read_text
 
-__all__ = ["check_rule_config", "read_rules", "rules"]
+__all__ = ["check_rule_config", "read_rules", "rule_task_options", "rules"]
 
 log = logging.getLogger("curi")
 
@@ -57,6 +57,25 @@ def read_rules(path: str | Path) -> list[str]:
     return out
 
 
+def rule_task_options(cfg: DictConfig) -> dict:
+    """The `curi.tasks.RuleTaskSampler` options of a rule-task command's config (`curi rules`,
+    `curi lm rules`), the rules file read."""
+    return {
+        "negatives": cfg.negatives,
+        "hypotheses": cfg.hypotheses,
+        "theta": cfg.theta,
+        "rule_rate": cfg.rule_rate,
+        "kinds": list(cfg.kinds),
+        "scene_requests": cfg.scene_requests,
+        "rules_per_kind": cfg.rules_per_kind,
+        "context_rules": cfg.context_rules,
+        "candidates": cfg.candidates,
+        "rules": read_rules(cfg.rules) if cfg.rules else None,
+        "prior": cfg.prior,
+        "likelihood": cfg.likelihood,
+    }
+
+
 def check_rule_config(cfg: DictConfig) -> None:
     """Refuse the options of a rule-query task set that need no bank (`curi rules`, `curi lm
     rules`): the sampler's, the count, the output folder, the rules file, the bank."""
@@ -80,29 +99,11 @@ def rules(cfg: DictConfig) -> None:
     from curi.tasks import RuleTaskSampler, format_mix
 
     n = int(cfg.n)
-    user_rules = read_rules(cfg.rules) if cfg.rules else None
+    options = rule_task_options(cfg)
     bank = open_bank_from_config(cfg)
 
     split = split_from_config(bank, cfg)
-    sampler = RuleTaskSampler(
-        bank,
-        split,
-        cfg.subset,
-        negatives=cfg.negatives,
-        seed=cfg.seed,
-        hypotheses=cfg.hypotheses,
-        theta=cfg.theta,
-        rule_rate=cfg.rule_rate,
-        kinds=list(cfg.kinds),
-        scene_requests=cfg.scene_requests,
-        rules_per_kind=cfg.rules_per_kind,
-        context_rules=cfg.context_rules,
-        candidates=cfg.candidates,
-        rules=user_rules,
-        prior=cfg.prior,
-        likelihood=cfg.likelihood,
-        size=max(n, 1),
-    )
+    sampler = RuleTaskSampler(bank, split, cfg.subset, seed=cfg.seed, size=max(n, 1), **options)
     paths = export_rule_tasks(sampler, Path(cfg.out), n=n, progress=cfg.progress)
     mix = json.loads(paths["mix"].read_text(encoding="utf-8"))
     print(format_mix(mix))

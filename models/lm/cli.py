@@ -146,11 +146,11 @@ def _check_rules(cfg: DictConfig) -> None:
 def lm_rules(cfg: DictConfig) -> None:
     """Write the rule-query tasks of `curi rules` as lm-evaluation-harness generation tasks."""
     from curi.models.lm.rules import export_rule_tasks_lm
-    from curi.renderers.rules_cli import read_rules
+    from curi.renderers.rules_cli import rule_task_options
     from curi.splits import make_split
 
     n, tokens = int(cfg.n), int(cfg.max_gen_toks)
-    user_rules = read_rules(cfg.rules) if cfg.rules else None
+    options = rule_task_options(cfg)
     bank = open_bank_from_config(cfg)
     specs = _splits(cfg)
     splits = [make_split(bank, _rule(s)) for s in specs]
@@ -163,19 +163,8 @@ def lm_rules(cfg: DictConfig) -> None:
         max_gen_toks=tokens,
         progress=cfg.progress,
         subset=cfg.subset,
-        negatives=cfg.negatives,
         seed=int(cfg.seed),
-        hypotheses=cfg.hypotheses,
-        theta=cfg.theta,
-        rule_rate=cfg.rule_rate,
-        kinds=list(cfg.kinds),
-        scene_requests=cfg.scene_requests,
-        rules_per_kind=cfg.rules_per_kind,
-        context_rules=cfg.context_rules,
-        candidates=cfg.candidates,
-        rules=user_rules,
-        prior=cfg.prior,
-        likelihood=cfg.likelihood,
+        **options,
     )
     tasks = json.loads(path.read_text())["tasks"]
     docs = {k: v["documents"] for k, v in tasks.items()}

@@ -7,6 +7,7 @@ object, ``srdrc35``); and the parser that reads a prompt back into scene records
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -71,24 +72,11 @@ def check_answers(answers: Sequence[str]) -> tuple[str, str]:
 
 
 # every object's clause in each wording, by its code (size, colour, material, shape, x, y)
+_CODES = list(itertools.product(SIZES, COLORS, MATERIALS, SHAPES, range(9), range(9)))
 _OBJECTS = {
-    "full": [
-        f"{z} {c} {m} {s} at ({x}, {y})"
-        for z in SIZES
-        for c in COLORS
-        for m in MATERIALS
-        for s in SHAPES
-        for x in range(9)
-        for y in range(9)
-    ],
+    "full": [f"{z} {c} {m} {s} at ({x}, {y})" for z, c, m, s, x, y in _CODES],
     "compact": [
-        f"{_SIZE[z]}{_COLOR[c]}{_MATERIAL[m]}{_SHAPE[s]}{x}{y}"
-        for z in SIZES
-        for c in COLORS
-        for m in MATERIALS
-        for s in SHAPES
-        for x in range(9)
-        for y in range(9)
+        f"{_SIZE[z]}{_COLOR[c]}{_MATERIAL[m]}{_SHAPE[s]}{x}{y}" for z, c, m, s, x, y in _CODES
     ],
 }
 _JOIN = {"full": "; ", "compact": " "}
