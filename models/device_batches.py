@@ -1,10 +1,11 @@
-"""The training stream of ``train.sampler=device``: each step's episodes drawn by
-`curi.models.device_sampler.DeviceEpisodeSampler` on the training device and turned into the
-batch `ProtoNet` reads there. Schema scenes are rendered once for the whole bank and held on
-the device (`DeviceScenes`: a step gathers rows, no CPU in the loop); image and sound scenes
-are rendered from the drawn ids as with the DataLoader (`curi.models.pipeline.LiveScenes` with
-``modality.device=cuda``, or a render cache). On CUDA every batch is drawn and rendered on a
-side stream while the previous step runs (`curi.models.pipeline.RenderAhead`)."""
+"""The training stream of ``train.sampler=device``: the steps' episodes drawn by
+`curi.models.device_sampler.DeviceEpisodeSampler` on the training device (on CUDA, several
+steps' at once: `steps_per_draw`) and turned into the batch `ProtoNet` reads there. Schema
+scenes are rendered once for the whole bank and held on the device (`DeviceScenes`: a step
+gathers rows, no CPU in the loop); image and sound scenes are rendered from the drawn ids as
+with the DataLoader (`curi.models.pipeline.LiveScenes` with ``modality.device=cuda``, or a
+render cache). On CUDA every batch is drawn and rendered on a side stream while the previous
+step runs (`curi.models.pipeline.RenderAhead`)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ from curi.models.pipeline import RenderAhead, SceneSource
 from curi.renderers import Renderer
 from curi.renderers.base import pack_scenes
 
-__all__ = ["DeviceScenes", "DrawnEpisodes", "device_batches"]
+__all__ = ["DRAW_EPISODES", "DeviceScenes", "DrawnEpisodes", "device_batches", "steps_per_draw"]
 
 log = logging.getLogger(__name__)
 
 _RENDER_CHUNK = 65_536  # scenes rendered at once when a bank's inputs are built
+#: Training episodes drawn at once on CUDA (`steps_per_draw`).
+DRAW_EPISODES = 4096
 
 
 class DeviceScenes:
@@ -59,8 +62,13 @@ class DeviceScenes:
 
 class DrawnEpisodes:
     """The compact batches (`curi.models.pipeline.compact_batch`'s keys but ``index``) of
-    steps ``start..stop``, drawn on the sampler's device: step t is
-    ``sampler.sample(t, batch_size, rank=rank)`` with the concepts' tokens.
+    steps ``start..stop``, drawn on the sampler's device, with the concepts' tokens.
+
+    The episodes of `steps_per_draw` (K) steps are drawn at once: step t is slice t mod K of
+    ``sampler.sample(t // K, K * batch_size, rank=rank)``, still a pure function of (seed,
+    step, rank, batch size, K), so a run resumed mid-draw draws what it would have. A draw
+    costs about the same kernel launches and host synchronisations whatever its size, so on
+    a GPU a big draw spreads them over many steps (`steps_per_draw`).
 
     Args:
         sampler: the device sampler.
@@ -68,6 +76,7 @@ class DrawnEpisodes:
         start, stop: the steps.
         rank: this process (DDP).
         max_len: width of the concept tokens.
+        steps_per_draw: K, the steps drawn at once (1: each step its own draw).
     """
 
     def __init__(
@@ -79,9 +88,13 @@ class DrawnEpisodes:
         stop: int,
         rank: int = 0,
         max_len: int,
+        steps_per_draw: int = 1,
     ) -> None:
         self.sampler, self.batch_size = sampler, int(batch_size)
         self.start, self.stop, self.rank = int(start), int(stop), int(rank)
+        self.steps_per_draw = int(steps_per_draw)
+        if self.steps_per_draw < 1:
+            raise ValueError(f"steps_per_draw must be at least 1, got {steps_per_draw}")
         concepts = sampler.reference.bank.concepts
         tokens = ConceptTokenizer().batch(list(concepts), max_len=max_len)  # (H, L)
         self.tokens = tokens.to(sampler.device)
@@ -90,10 +103,15 @@ class DrawnEpisodes:
         return max(0, self.stop - self.start)
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
+        k, b = self.steps_per_draw, self.batch_size
+        block, drawn = None, {}
         for step in range(self.start, self.stop):
-            drawn = self.sampler.sample(step, self.batch_size, rank=self.rank)
-            drawn["concept_tokens"] = self.tokens[drawn["concept"]]
-            yield drawn
+            if step // k != block:
+                block = step // k
+                drawn = self.sampler.sample(block, k * b, rank=self.rank)
+                drawn["concept_tokens"] = self.tokens[drawn["concept"]]
+            at = (step % k) * b
+            yield {key: v[at : at + b] for key, v in drawn.items()}
 
 
 def device_batches(
@@ -107,6 +125,25 @@ def device_batches(
     max_len: int,
 ) -> RenderAhead:
     """The training batches of steps ``start..stop`` drawn on the device, rendered by
-    `source` (`DeviceScenes` for schema), each made on a side stream on CUDA."""
-    drawn = DrawnEpisodes(sampler, batch_size, start=start, stop=stop, rank=rank, max_len=max_len)
+    `source` (`DeviceScenes` for schema), each made on a side stream on CUDA, where the
+    episodes of several steps are drawn at once (`steps_per_draw`)."""
+    drawn = DrawnEpisodes(
+        sampler,
+        batch_size,
+        start=start,
+        stop=stop,
+        rank=rank,
+        max_len=max_len,
+        steps_per_draw=steps_per_draw(batch_size, sampler.device),
+    )
     return RenderAhead(drawn, source)
+
+
+def steps_per_draw(batch_size: int, device: torch.device) -> int:
+    """Steps whose episodes are drawn at once: on CUDA enough for about `DRAW_EPISODES`
+    episodes (a draw's cost there is its kernel launches and host synchronisations, about
+    the same for 256 episodes as for 4,096), 1 elsewhere (on a CPU a draw's cost grows with
+    its episodes, and a bigger one only takes more memory)."""
+    if torch.device(device).type != "cuda":
+        return 1
+    return max(1, DRAW_EPISODES // int(batch_size))

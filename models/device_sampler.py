@@ -160,7 +160,8 @@ class DeviceEpisodeSampler:
         return torch.Generator(self.device).manual_seed(seed)
 
     def sample(self, step: int, batch_size: int, *, rank: int = 0) -> dict[str, Tensor]:
-        """The episodes of one step.
+        """The episodes of one draw: a step's (`curi.models.device_batches.DrawnEpisodes`
+        draws several steps' at once on CUDA and numbers the draws).
 
         Returns:
             ``ids`` (B, S + Q) scene ids, support then query, ``support_labels`` (B, S) and

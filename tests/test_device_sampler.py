@@ -11,6 +11,7 @@ from scipy import stats
 
 from curi.bits import set_bits
 from curi.episodes import EpisodeSampler
+from curi.models.device_batches import DRAW_EPISODES, DrawnEpisodes, steps_per_draw
 from curi.models.device_sampler import DeviceBank, DeviceEpisodeSampler
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -107,6 +108,27 @@ def test_a_step_is_a_pure_function_of_seed_step_and_rank(tiny_bank, data):
     assert not torch.equal(a["ids"], s.sample(11, 16, rank=1)["ids"])
     other = _sampler(tiny_bank, data)  # a new sampler (a resumed run) draws the same
     assert torch.equal(other.sample(11, 16)["ids"], a["ids"])
+
+
+def test_steps_drawn_together_are_slices_of_one_draw_and_resume_mid_draw(tiny_bank, data):
+    s = _sampler(tiny_bank, data)
+
+    def steps(start: int) -> list[dict]:
+        it = DrawnEpisodes(s, 4, start=start, stop=8, max_len=64, steps_per_draw=3)
+        return list(it)
+
+    whole, resumed = steps(0), steps(4)  # step 4 is in the middle of draw 1 (steps 3-5)
+    block = s.sample(1, 12)
+    for t in (3, 4, 5):
+        at = (t - 3) * 4
+        assert torch.equal(whole[t]["ids"], block["ids"][at : at + 4])
+    for t in range(4, 8):
+        assert all(torch.equal(whole[t][k], resumed[t - 4][k]) for k in whole[t])
+    assert whole[2]["concept_tokens"].shape == (4, 64)
+    assert not torch.equal(whole[3]["ids"], whole[4]["ids"])
+    assert steps_per_draw(256, torch.device("cpu")) == 1
+    assert steps_per_draw(256, torch.device("cuda")) == DRAW_EPISODES // 256
+    assert steps_per_draw(10 * DRAW_EPISODES, torch.device("cuda")) == 1
 
 
 def _two_sample(a: np.ndarray, b: np.ndarray, *, min_expected: float = 5.0) -> float:

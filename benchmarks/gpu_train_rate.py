@@ -1,0 +1,138 @@
+"""Where a schema relation-net training step's time goes on one GPU: the device sampler alone,
+and whole training runs at several batch sizes and draw sizes (episodes drawn at once,
+`curi.models.device_batches.DRAW_EPISODES`), each with its GPU utilisation.
+
+    python benchmarks/gpu_train_rate.py [--bank default] [--batches 256 1024]
+        [--draws 256 4096] [--steps 400] [--device cuda] [--data-dir DIR]
+
+1. the sampler alone: milliseconds per draw of 256 and of 4,096 hard-negative episodes (the
+   device synchronised after each), so the cost of a draw's launches and host
+   synchronisations shows against its size;
+2. for each (batch, draw): `--steps` steps of the headline row's model (schema relation-net,
+   concept_iid, hard negatives, the CUDA-graph step, the device sampler), validation only at
+   the end on 8 episodes; the median rate of the log windows after the first, and
+   ``nvidia-smi``'s utilisation while it trains (gpu_headline.GpuUtilisation).
+
+On a CPU (``--device cpu --bank tiny --steps 6 --batches 8 --draws 8``) the same path runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from gpu_headline import GpuUtilisation
+
+
+def sampler_ms(bank, device: str, size: int, repeats: int) -> float:
+    """Median milliseconds of one draw of `size` episodes."""
+    import torch
+
+    from curi.models.device_sampler import DeviceEpisodeSampler
+
+    s = DeviceEpisodeSampler(bank, "concept_iid", "train", "hard", 0, device=device)
+    s.sample(0, size)  # warm-up
+    times = []
+    for d in range(1, repeats + 1):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        s.sample(d, size)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times)
+
+
+def train_rate(args, bank, batch: int, draw: int, data_dir: Path, out: Path) -> dict:
+    import torch
+
+    import curi.models.device_batches as device_batches
+    from curi.models.config import RunConfig
+    from curi.models.train import train
+
+    device_batches.DRAW_EPISODES = draw
+    run = RunConfig.from_mapping(
+        {
+            "bank": {"name": args.bank},
+            "split": "concept_iid",
+            "negatives": "hard",
+            "modality": {"name": "schema"},
+            "pooling": {"name": "relation_net"},
+            "device": args.device,
+            "data_dir": str(data_dir),
+            "train": {
+                "steps": args.steps,
+                "batch_size": batch,
+                "log_every": max(1, args.steps // 8),
+                "eval_every": 10 * args.steps,
+                "checkpoint_every": 10 * args.steps,
+                "val_episodes": 8,
+                "sampler": "device",
+                "num_workers": 0,
+            },
+        }
+    )
+    run_dir = out / f"b{batch}-d{draw}"
+    with GpuUtilisation() as gpu:
+        summary = train(run, run_dir=run_dir, bank=bank, progress=False)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["episodes_per_s"] for r in rows if r["tag"] == "train"][1:] or [0.0]
+    k = device_batches.steps_per_draw(batch, torch.device(args.device))
+    return {
+        "batch": batch,
+        "draw": k * batch,
+        "episodes_per_s": statistics.median(rates),
+        "gpu": gpu.summary(),
+        "step_mode": summary["step_mode"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--bank", default="default")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--batches", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--draws", type=int, nargs="+", default=[256, 4096])
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--data-dir", type=Path, default=None)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from _report import machine
+
+    from curi import BankConfig, build_bank, load_bank
+    from curi.bank import default_data_dir
+
+    data_dir = args.data_dir or default_data_dir()
+    bank = load_bank(
+        build_bank(BankConfig.preset(args.bank, workers=os.cpu_count() or 1), data_dir)
+    )
+    lines = [f"Machine: {machine()}; device {args.device}; `{args.bank}` bank", ""]
+    lines += ["| draw (episodes) | ms per draw | us per episode |", "|---|---|---|"]
+    for size in sorted(set(args.draws)):
+        ms = sampler_ms(bank, args.device, size, args.repeats)
+        lines.append(f"| {size:,} | {ms:.1f} | {1e3 * ms / size:.1f} |")
+        print(lines[-1], flush=True)
+    lines += ["", "| batch | episodes per draw | episodes / s | GPU utilisation | step |"]
+    lines.append("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for batch in args.batches:
+            for draw in args.draws:
+                r = train_rate(args, bank, batch, draw, data_dir, Path(tmp))
+                lines.append(
+                    f"| {batch} | {r['draw']:,} | {r['episodes_per_s']:,.0f} | {r['gpu']} "
+                    f"| {r['step_mode']} |"
+                )
+                print(lines[-1], flush=True)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
