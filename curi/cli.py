@@ -162,8 +162,9 @@ _PLANS_JOBS_WITH = {"episodes": "jobs", "episodes.render": "jobs"}
 
 def _check_jobs(name: str, rest: list[str]) -> None:
     """Refuse ``-m`` with a command that plans jobs, and a ``hydra/launcher`` that is not
-    installed (naming the extra), before Hydra runs."""
-    from curi.jobs import check_installed, check_options
+    installed (naming the extra) or lacks a ``hydra.launcher.*`` option given, before Hydra
+    runs (`curi.jobs.check_launcher`, with the options' names: their values are Hydra's)."""
+    from curi.jobs import check_launcher
 
     key = _PLANS_JOBS_WITH.get(name)
     plans = name in _PLANS_JOBS or (key is not None and _value_of(rest, key) not in (None, "1"))
@@ -173,14 +174,12 @@ def _check_jobs(name: str, rest: list[str]) -> None:
             "hydra/launcher=NAME, without -m"
         )
     launcher = _value_of([t.removeprefix("override ") for t in rest], "hydra/launcher")
-    if launcher is not None:
-        check_installed(launcher)
     keys = {
         k.lstrip("+").removeprefix("hydra.launcher.").split(".")[0]
         for k, eq, _ in (t.partition("=") for t in rest)
         if eq and k.lstrip("+").startswith("hydra.launcher.")
     }
-    check_options(launcher or "basic", keys)
+    check_launcher("basic" if launcher is None else launcher, keys)
 
 
 def _run_dir(rest: list[str], opts: Options) -> list[str]:

@@ -82,17 +82,17 @@ def job_launcher(folder, *, threads: int | None = None, wait: bool = True):
 
     Raises:
         ConfigError: an unknown launcher or option, a SLURM launcher without a partition,
-            a launcher not installed.
+            a launcher not installed (`curi.jobs.check_launcher`).
     """
     from hydra.core.hydra_config import HydraConfig
 
-    from curi.jobs import Launcher, check_installed
+    from curi.jobs import Launcher, check_launcher
 
     if not HydraConfig.initialized():  # a config composed by hand (tests, notebooks)
         return Launcher("basic", folder=Path(folder), threads=threads, wait=wait)
     hc = HydraConfig.get()
     name = hc.runtime.choices.get("hydra/launcher") or "basic"
-    check_installed(name)
+    check_launcher(name)  # known and installed before its config is read; the rest by Launcher
     raw = OmegaConf.to_container(hc.launcher, resolve=False)
     if str(raw.get("submitit_folder", "")).startswith("${hydra.sweep.dir}"):
         raw.pop("submitit_folder")  # the plugin's default: under the command's own folder

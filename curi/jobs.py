@@ -27,7 +27,7 @@ import re
 import signal
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "Launcher",
     "Outcome",
     "check_installed",
+    "check_launcher",
     "check_options",
     "run_jobs",
     "sweep_lock",
@@ -113,16 +114,11 @@ class Launcher:
     wait: bool = True
 
     def __post_init__(self) -> None:
-        choice(self.name, "hydra/launcher", LAUNCHERS)
-        check_options(self.name, self.options)
-        if self.name == "submitit_slurm" and not self.options.get("partition"):
-            raise ConfigError(
-                "hydra/launcher=submitit_slurm needs a partition: hydra.launcher.partition=NAME"
-            )
-        if self.threads is not None and (isinstance(self.threads, bool) or self.threads < 1):
-            raise ConfigError(f"threads must be a positive integer or null, got {self.threads!r}")
-        if not self.wait and self.name != "submitit_slurm":
-            raise ConfigError(f"wait=false needs hydra/launcher=submitit_slurm, not {self.name}")
+        # its engine is checked when it runs (`run_jobs`): a launcher may be described where
+        # the engine is not installed
+        check_launcher(
+            self.name, self.options, threads=self.threads, wait=self.wait, installed=False
+        )
 
     @property
     def in_process(self) -> bool:
@@ -159,6 +155,45 @@ def sweep_lock(out_dir: str | Path) -> contextlib.AbstractContextManager:
     return exclusive(
         Path(out_dir) / "sweep", what=f"output_dir={out_dir} (a sweep)", error=ConfigError
     )
+
+
+def check_launcher(
+    name: str,
+    options: Mapping[str, Any] | Iterable[str] = (),
+    *,
+    threads: int | None = None,
+    wait: bool = True,
+    installed: bool = True,
+) -> None:
+    """Refuse a launcher and its settings: every rule of a launcher, in this one place, which
+    `Launcher` (its own settings), `run_jobs` (before any job), `curi.core_cli.job_launcher`
+    and the command line (`curi.cli`, before Hydra runs and torch is imported) all call.
+
+    In this order: `name` is a key of `LAUNCHERS`; with `installed`, its engine is installed
+    (`check_installed`); every option is one the launcher has (`check_options`); with the
+    options' values (a mapping), ``submitit_slurm`` has a ``partition``; `threads` is null or
+    a positive integer; and ``wait=false`` is for ``submitit_slurm`` alone. `options` may be
+    the option names alone, all the command line knows before Hydra composes the config: the
+    partition rule then waits for the values (`Launcher`).
+
+    Raises:
+        OptionError: an unknown launcher (a `ConfigError`).
+        ConfigError: a launcher not installed, an unknown option, no SLURM partition, bad
+            `threads`, ``wait=false`` with another launcher.
+    """
+    if installed:
+        check_installed(name)  # a known name too
+    else:
+        choice(name, "hydra/launcher", LAUNCHERS)
+    check_options(name, options)
+    if name == "submitit_slurm" and isinstance(options, Mapping) and not options.get("partition"):
+        raise ConfigError(
+            "hydra/launcher=submitit_slurm needs a partition: hydra.launcher.partition=NAME"
+        )
+    if threads is not None and (isinstance(threads, bool) or threads < 1):
+        raise ConfigError(f"threads must be a positive integer or null, got {threads!r}")
+    if not wait and name != "submitit_slurm":
+        raise ConfigError(f"wait=false needs hydra/launcher=submitit_slurm, not {name}")
 
 
 def check_options(name: str, keys) -> None:
@@ -238,7 +273,9 @@ def run_jobs(jobs: Sequence[Job], launcher: Launcher, *, progress: bool = True) 
         raise ConfigError(f"job names must differ: {names}")
     if not jobs:
         return []
-    check_installed(launcher.name)
+    check_launcher(  # its settings again, now with its engine
+        launcher.name, launcher.options, threads=launcher.threads, wait=launcher.wait
+    )
     run = {"basic": _basic, "ray": _ray}.get(launcher.name, _submitit)
     return run(list(jobs), launcher, progress)
 

@@ -293,8 +293,7 @@ def evaluate_checkpoint(
 
     The model, bank, split and negatives are rebuilt from the config stored in the checkpoint
     (split and negatives may be overridden). With `oracles`, the strong / weak / random /
-    prior-only oracles are scored on exactly the same episodes
-    (`curi.oracles.gap.score_split`: the ``test`` subset, same seed and count).
+    prior-only oracles score the very same test episodes (`curi.oracles.gap.score_split`).
 
     Args:
         checkpoint: a ``.pt`` file, or a run directory (its ``checkpoints/best.pt``, else
@@ -320,9 +319,9 @@ def evaluate_checkpoint(
 
     Returns:
         ``{"checkpoint", "step", "best_step", "subset", "split", "negatives", "episodes",
-        "seed", "model": {map, cba, cba_pooled, ...}, "oracles": {map_strong, map_weak,
-        map_random, map_prior, cba_*, ...} or None, "config"}``, and ``per_concept`` rows with
-        `per_concept` (``oracle_ap_strong``, ``..._weak``, ``..._random``, ``..._prior``).
+        "seed", "device", "model": {map, cba, cba_pooled, ...}, "oracles": {map_strong,
+        map_weak, map_random, map_prior, cba_*, ...} or None, "config"}``, and ``per_concept``
+        rows with `per_concept` (``oracle_ap_strong``, ``..._weak``, ``..._random``, ``..._prior``).
 
     Raises:
         ConfigError: missing or unreadable checkpoint, weights that are damaged, not finite
@@ -330,61 +329,21 @@ def evaluate_checkpoint(
             `bank` other than the checkpoint's.
         BankError: the checkpoint's bank is missing, or another bank is in its place.
     """
-    from curi.splits import make_split
-
     ckpt, path, run = _load_run(checkpoint)
     dev = resolve_device(device)
-    bank = _checkpoint_bank(
-        run, ckpt, path, bank, data_dir=data_dir, progress=progress, build=build
-    )
-    split_cfg = run.split if split is None else split
-    sp = make_split(bank, split_cfg)
-    neg = negatives or run.negatives
-    if oracles and subset != "test":
-        raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
-    if episodes < 1:
-        raise ConfigError(f"episodes must be >= 1, got {episodes}")
+    bank = _checkpoint_bank(run, ckpt, path, bank, data_dir, progress, build)
+    sp, neg = _checked_episodes(bank, run, split, negatives, subset, episodes, oracles)
     run, renderer, model = _load_model(run, ckpt, path, dev, render_device)
     sampler = EpisodeSampler(bank, sp, subset, neg, seed=seed, size=episodes)
     ev = EvalSet.from_bank(bank)
-    metrics, concepts, ap = _score_model(
-        model,
-        sampler,
-        run,
-        renderer.name,
-        dev,
-        ev,
-        batch_size=batch_size,
-        num_workers=num_workers,
-        chunk=chunk,
-        max_len=ckpt.get("max_len"),
-        progress=progress,
-        per_concept=per_concept,
+    batch = batch_size or run.train.batch_for(renderer.name)
+    metrics = _score_model(
+        model, sampler, run, dev, ev, ckpt, batch, num_workers, chunk, progress, per_concept
     )
-    oracle_row = None
-    if oracles:
-        oracle_row = _score_oracles(
-            bank, sp, neg, ev, episodes, prior, likelihood, seed, progress, per_concept
-        )
-    out = {
-        "checkpoint": str(path),
-        "step": int(ckpt["step"]),
-        "best_step": ckpt.get("best_step"),
-        "subset": subset,
-        "split": sp.name,
-        "negatives": neg,
-        "episodes": episodes,
-        "seed": seed,
-        "device": str(dev),
-        "model": metrics,
-        "oracles": oracle_row,
-        "config": ckpt["config"],
-    }
-    if per_concept:
-        # per-episode oracle APs, where the oracle row carries them (``episode_ap``)
-        per_episode = (oracle_row or {}).pop("episode_ap", None)
-        out["per_concept"] = concept_table(bank, concepts, ap, split=sp.name, oracle_ap=per_episode)
-    return out
+    oracle_row = _score_oracles(
+        oracles, sampler, ev, episodes, seed, prior, likelihood, progress, per_concept
+    )
+    return _result(path, ckpt, sampler, episodes, seed, dev, metrics, oracle_row, per_concept)
 
 
 def _load_run(checkpoint: str | Path):
@@ -406,7 +365,7 @@ def _load_run(checkpoint: str | Path):
     return ckpt, path, run
 
 
-def _checkpoint_bank(run, ckpt: Mapping, path: Path, bank, *, data_dir, progress, build):
+def _checkpoint_bank(run, ckpt: Mapping, path: Path, bank, data_dir, progress, build):
     """The bank of the checkpoint: `bank` once checked to be it, else opened (or built) from
     the stored bank config (`curi.models.config.run_bank`).
 
@@ -436,6 +395,24 @@ def _checkpoint_bank(run, ckpt: Mapping, path: Path, bank, *, data_dir, progress
         ) from None
 
 
+def _checked_episodes(bank, run, split, negatives, subset: str, episodes, oracles: bool):
+    """The split and negatives of the episodes to score (the checkpoint's, unless `split` or
+    `negatives` is given), once the subset and the count are checked.
+
+    Raises:
+        ConfigError: oracles asked for on another subset than ``test``, or `episodes` < 1.
+    """
+    from curi.splits import make_split
+
+    sp = make_split(bank, run.split if split is None else split)
+    neg = negatives or run.negatives
+    if oracles and subset != "test":
+        raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
+    if episodes < 1:
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
+    return sp, neg
+
+
 def _load_model(run, ckpt: Mapping, path: Path, dev: torch.device, render_device: str | None):
     """The run config (its modality on `render_device` when given), its renderer and its
     model on `dev` with the checkpoint's weights."""
@@ -453,35 +430,32 @@ def _score_model(
     model: ProtoNet,
     sampler: EpisodeSampler,
     run,
-    renderer: str,
     dev: torch.device,
     ev: EvalSet,
-    *,
-    batch_size: int | None,
+    ckpt: Mapping,
+    batch_size: int,
     num_workers: int,
     chunk: int,
-    max_len: int | None,
     progress: bool,
     per_concept: bool,
-):
-    """The model's metrics on the sampler's episodes (`evaluate_episodes`, batches of the
-    training batch size unless `batch_size`), logged, with each episode's concept and AP
-    (None without `per_concept`)."""
+) -> dict:
+    """The model's metrics on the sampler's episodes (`evaluate_episodes`), logged; with
+    `per_concept` they keep each episode's concept and AP (``episode_concepts``,
+    ``episode_ap``) for `_result`."""
     metrics = evaluate_episodes(
         model,
         sampler,
         run.modality,
         device=dev,
-        batch_size=batch_size or run.train.batch_for(renderer),
+        batch_size=batch_size,
         num_workers=num_workers,
         chunk=chunk,
-        max_len=max_len,
+        max_len=ckpt.get("max_len"),
         eval_set=ev,
         amp_dtype=run.train.autocast_dtype(dev),
         progress=progress,
         keep_episodes=per_concept,
     )
-    concepts, ap = metrics.pop("episode_concepts", None), metrics.pop("episode_ap", None)
     log.info(
         "model: mAP %.4f, CBA %.4f on %d %s episodes",
         metrics["map"],
@@ -489,18 +463,21 @@ def _score_model(
         len(sampler),
         sampler.subset,
     )
-    return metrics, concepts, ap
+    return metrics
 
 
 def _score_oracles(
-    bank, sp, neg: str, ev: EvalSet, episodes, prior, likelihood, seed, progress, per_episode
-) -> dict:
-    """The oracles' row on the episodes the model was tested on (`score_split`: same split,
-    negatives, count and seed), logged; with `per_episode`, each episode's AP too."""
+    oracles: bool, sampler, ev: EvalSet, episodes, seed, prior, likelihood, progress, per_episode
+) -> dict | None:
+    """With `oracles`, the oracles' row on the episodes the model was tested on (`score_split`:
+    the sampler's split and negatives, the same count and seed), logged; with `per_episode`,
+    each episode's AP too. None without `oracles`."""
+    if not oracles:
+        return None
     row = score_split(
-        bank,
-        sp,
-        neg,
+        sampler.bank,
+        sampler.split,
+        sampler.negatives,
         ev,
         episodes=episodes,
         prior=prior,
@@ -517,3 +494,32 @@ def _score_oracles(
         row["map_prior"],
     )
     return row
+
+
+def _result(path: Path, ckpt, sampler, episodes, seed, dev, metrics, oracle_row, per_concept):
+    """What `evaluate_checkpoint` returns: the episodes scored (`episodes` and `seed` as
+    given), the model's `metrics` (less the per-episode arrays) and the oracles' row; with
+    `per_concept`, the per-concept rows (`concept_table`) of the model's and the oracles'
+    per-episode APs."""
+    concepts, ap = metrics.pop("episode_concepts", None), metrics.pop("episode_ap", None)
+    out = {
+        "checkpoint": str(path),
+        "step": int(ckpt["step"]),
+        "best_step": ckpt.get("best_step"),
+        "subset": sampler.subset,
+        "split": sampler.split.name,
+        "negatives": sampler.negatives,
+        "episodes": episodes,
+        "seed": seed,
+        "device": str(dev),
+        "model": metrics,
+        "oracles": oracle_row,
+        "config": ckpt["config"],
+    }
+    if per_concept:
+        # per-episode oracle APs, where the oracle row carries them (``episode_ap``)
+        per_episode = (oracle_row or {}).pop("episode_ap", None)
+        out["per_concept"] = concept_table(
+            sampler.bank, concepts, ap, split=sampler.split.name, oracle_ap=per_episode
+        )
+    return out

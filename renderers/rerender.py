@@ -222,11 +222,7 @@ def render_episode_file(
         EpisodeFileError: a missing, empty or corrupt episode file, or bad scene records.
         ValueError: `limit` or `workers` below 1.
     """
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-
+    _check_counts(limit, workers)
     path, out = Path(path), Path(out)
     episodes = read_episode_file(path, limit=limit)
     first = next(episodes)  # fails early and cleanly on a missing or corrupt file
@@ -244,6 +240,31 @@ def render_episode_file(
     else:
         episodes = itertools.chain([first], episodes)
         entries = _render_here(path, out, renderer, episodes, with_files, total, workers, progress)
+    index = _write_index(path, out, renderer, options, with_files, entries)
+    if jobs > 1:
+        remove(staging_folder(out), root=out.parent)
+    log.info("re-rendered %d episodes as %s into %s", len(entries), renderer.name, out)
+    return index
+
+
+def _check_counts(limit: int | None, workers: int) -> None:
+    """Refuse a `limit` or a number of `workers` below 1 (`render_episode_file`).
+
+    Raises:
+        ValueError: naming the argument and its value.
+    """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+
+
+def _write_index(
+    path: Path, out: Path, renderer: Renderer, options, with_files: bool, entries: list[dict]
+) -> Path:
+    """Write ``index.json`` of the re-rendered episodes `entries` of `path` into `out` (last,
+    once every episode is in place): the source, the renderer and its `options`, the items'
+    shape and format, and `METADATA` with `with_files`. Returns its path."""
     index = {
         "source": str(path.resolve()),
         "modality": renderer.name,
@@ -254,11 +275,7 @@ def render_episode_file(
         "metadata": METADATA if with_files else None,
         "episodes": entries,
     }
-    write_text(out / "index.json", json.dumps(index, indent=1))
-    if jobs > 1:
-        remove(staging_folder(out), root=out.parent)
-    log.info("re-rendered %d episodes as %s into %s", len(entries), renderer.name, out)
-    return out / "index.json"
+    return write_text(out / "index.json", json.dumps(index, indent=1))
 
 
 def _usable_workers(renderer: Renderer, workers: int, total: int | None) -> int:

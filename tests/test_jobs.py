@@ -18,7 +18,7 @@ import torch
 
 import curi.jobs as jobs_mod
 from curi.errors import ConfigError, OptionError
-from curi.jobs import Job, Launcher, call, check_installed, run_jobs
+from curi.jobs import Job, Launcher, call, check_installed, check_launcher, run_jobs
 
 JOBS = [
     Job("pow", operator.pow, (3, 4)),
@@ -77,6 +77,26 @@ def test_launcher_settings_are_checked_in_one_line(monkeypatch):
     ):
         check_installed("ray")
     check_installed("submitit_local")
+
+
+def test_check_launcher_is_the_one_place_of_the_rules(monkeypatch):
+    """`Launcher`, `run_jobs`, `curi.core_cli.job_launcher` and the command line all check a
+    launcher with `check_launcher`: with option names alone (the command line, before Hydra
+    composes their values) the partition waits for its value; the engine is checked unless
+    `installed=False` (a `Launcher` is described before it runs)."""
+    check_launcher("submitit_slurm", {"timeout_min"})  # names only: the partition comes later
+    with pytest.raises(ConfigError, match="needs a partition: hydra.launcher.partition"):
+        check_launcher("submitit_slurm", {"timeout_min": 60})
+    with pytest.raises(ConfigError, match=r"has no options \['partition'\]; valid: cpus_per"):
+        check_launcher("submitit_local", {"partition"})
+    with pytest.raises(ConfigError, match="threads must be a positive integer"):
+        check_launcher("basic", threads=True)
+    monkeypatch.setattr(jobs_mod, "_importable", lambda m: m != "ray")
+    check_launcher("ray", {"ray": {}}, installed=False)
+    launcher = Launcher("ray", {"ray": {}})
+    for check in (lambda: check_launcher("ray"), lambda: run_jobs(JOBS[:1], launcher)):
+        with pytest.raises(ConfigError, match="hydra/launcher=ray is not installed"):
+            check()
 
 
 def test_submitits_options_are_the_plugins_own():

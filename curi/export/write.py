@@ -144,15 +144,13 @@ def export_episodes(
     torch thread each (None: one per core; 1: in this process with `threads` torch threads,
     None: as they are); the export is the same bytes for any number of either.
 
-    The export replaces an earlier one to the same `out` as a whole: every file is written
-    under a temporary name first; once all are complete the list of the files it replaces
-    and publishes is written (`publishing`), the old card is removed, the files are renamed
-    into place, the old export's surplus files removed (only those its card or list named:
-    never another export's or a user's file beside it), and the new card, which lists every
-    file with its episode count, size and SHA-256, written last. A kill at any point leaves
-    the old export or files the reader refuses, and the next export removes the killed
-    process's temporaries and surplus files. A second export to the same `out` while one
-    runs fails at once (`curi.atomic.exclusive`).
+    The export replaces an earlier one to the same `out` as a whole: its files are written
+    under temporary names and renamed into place once all are complete, the earlier export's
+    surplus files removed (only files earlier exports to `out` wrote, never another export's
+    or a user's file beside them), and the card, which lists every file with its episode
+    count, size and SHA-256, written last. A kill at any point leaves the old export or files
+    the reader refuses, which the next export cleans up; a second export to the same `out`
+    while one runs fails at once (`curi.atomic.exclusive`).
 
     With ``jobs`` > 1 the episodes are split into that many ranges (at most `n`, whatever
     `shard_size`), each written by a job of `launcher` (a `curi.jobs.Launcher`; None: one
@@ -179,7 +177,19 @@ def export_episodes(
     out = check_export_path(out)
     if media is not None and kind(out) == "lines":
         raise ConfigError(NO_FILES_IN_LINES.format(name=out.name))
-    sampler = EpisodeSampler(
+    sampler = _sampler(bank, split, subset, negatives, query_negatives, seed, n, negative_sampler)
+    with exclusive(out, what=f"out={out}", error=ConfigError):
+        items = _export_items(sampler, out, media, jobs, launcher, workers, threads, progress)
+        files, card = _publish_with_card(sampler, split, out, items, shard_size, media, jobs)
+    paths = [out.with_name(f["name"]) for f in files]
+    written_path = brace_pattern(out, len(files)) if kind(out) == "tar" else out
+    return {"episodes": written_path, "files": paths, "card": card}
+
+
+def _sampler(bank, split, subset, negatives, query_negatives, seed, n, negative_sampler):
+    """The sampler of an export's episodes 0..n-1 (`export_episodes`, and each job's range in
+    `_export_range`)."""
+    return EpisodeSampler(
         bank,
         split,
         subset,
@@ -189,24 +199,50 @@ def export_episodes(
         size=n,
         negative_sampler=negative_sampler,
     )
+
+
+def _export_items(
+    sampler: EpisodeSampler,
+    out: Path,
+    media: Media | None,
+    jobs: int,
+    launcher,
+    workers: int | None,
+    threads: int | None,
+    progress: bool,
+) -> Iterator[Item]:
+    """The items of the export `out` (locked by the caller): with more than one job, read from
+    the parts the jobs wrote (`_run_export_jobs`); else sampled here, their files rendered in
+    `workers` processes (no more than episodes)."""
+    n = sampler.size
+    if min(jobs, n) > 1:
+        parts = _run_export_jobs(sampler, out, media, jobs, launcher, threads, progress)
+        return read_items(parts, what=f"out={out}")
     if media is not None and workers is not None:
         workers = min(workers, n)  # no more processes than episodes
-    with exclusive(out, what=f"out={out}", error=ConfigError):
-        if min(jobs, n) > 1:
-            parts = _run_export_jobs(sampler, out, media, jobs, launcher, threads, progress)
-            items = read_items(parts, what=f"out={out}")
-        else:
-            items = _items(_sampled(sampler, progress), media, workers, threads)
-        with contextlib.closing(items):
-            files, written = _publish_files(out, items, shard_size, media)
-        meta = _card_meta(sampler, out, media, files)
-        card = write_text(card_path(out), card_text(meta, bank, split, written))
-        remove(publishing(out), root=out.parent, link=True)
-        if min(jobs, n) > 1:
-            remove(staging_folder(out), root=out.parent)
-    paths = [out.with_name(f["name"]) for f in files]
-    written_path = brace_pattern(out, len(files)) if kind(out) == "tar" else out
-    return {"episodes": written_path, "files": paths, "card": card}
+    return _items(_sampled(sampler, progress), media, workers, threads)
+
+
+def _publish_with_card(
+    sampler: EpisodeSampler,
+    split: Split,
+    out: Path,
+    items: Iterator[Item],
+    shard_size: int,
+    media: Media | None,
+    jobs: int,
+) -> tuple[list[dict], Path]:
+    """Publish `items` as the files of the export `out` (`_publish_files`; locked by the
+    caller), write its card, then remove the list of the files it published and, after jobs,
+    their staging folder. Returns the card entries of the files and the card's path."""
+    with contextlib.closing(items):
+        files, written = _publish_files(out, items, shard_size, media)
+    meta = _card_meta(sampler, out, media, files)
+    card = write_text(card_path(out), card_text(meta, sampler.bank, split, written))
+    remove(publishing(out), root=out.parent, link=True)
+    if min(jobs, sampler.size) > 1:
+        remove(staging_folder(out), root=out.parent)
+    return files, card
 
 
 def _sampled(sampler: EpisodeSampler, progress: bool) -> Iterator[Episode]:
@@ -298,16 +334,7 @@ def _export_range(
 ) -> int:
     """A job of a sharded export: episodes ``part.start..part.stop-1`` written as `part`,
     their files rendered in this process (with the torch threads the launcher set)."""
-    sampler = EpisodeSampler(
-        bank,
-        split,
-        subset,
-        negatives,
-        seed=seed,
-        query_negatives=query_negatives,
-        size=n,
-        negative_sampler=negative_sampler,
-    )
+    sampler = _sampler(bank, split, subset, negatives, query_negatives, seed, n, negative_sampler)
     episodes = (sampler[i] for i in range(part.start, part.stop))
     with contextlib.closing(_items(episodes, media, 1, None)) as items:
         return write_items(part, items)
