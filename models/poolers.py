@@ -5,6 +5,7 @@ Every pooler ignores padded objects: their values, and their number, never chang
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -157,8 +158,36 @@ class ConcatPooler(Pooler):
 # The automatic choice of `RelationNetPooler`'s pair path, in pair activations (scenes x K x K
 # x g_dim elements): g holds about eight tensors of that size for backward when dense, so
 # larger batches are chunked, into chunks of a size that keeps g's working set in hundreds of MB.
+# These are the CPU's limits; a GPU's follow its memory (`pair_limits`).
 DENSE_PAIR_LIMIT = 2**27
 PAIR_CHUNK_ELEMENTS = 2**24
+# On a GPU the dense path runs while g's tensors, at most about `BYTES_PER_PAIR_ELEMENT` per
+# pair activation, fit in `DENSE_MEMORY_SHARE` of the device's memory (on an H200 the dense
+# image step ran at batch 32, 2.6e9 activations, and ran out of its 140 GiB at batch 64: 27 to
+# 54 bytes each), and chunks hold an eighth of that: the chunked path recomputes g, which made
+# the image step at batch 8 5x slower there than the dense one, so it is kept for what does
+# not fit.
+BYTES_PER_PAIR_ELEMENT = 64
+DENSE_MEMORY_SHARE = 0.4
+_CPU = torch.device("cpu")
+
+
+def pair_limits(device: torch.device) -> tuple[int, int]:
+    """(dense limit, chunk size) of the relation net's pair path on `device`, in pair
+    activations: `DENSE_PAIR_LIMIT` and `PAIR_CHUNK_ELEMENTS` but on CUDA, where they grow
+    with the device's memory (never below the CPU's)."""
+    if device.type != "cuda":
+        return DENSE_PAIR_LIMIT, PAIR_CHUNK_ELEMENTS
+    budget = int(device_memory(device) * DENSE_MEMORY_SHARE) // BYTES_PER_PAIR_ELEMENT
+    dense = max(DENSE_PAIR_LIMIT, budget)
+    return dense, max(PAIR_CHUNK_ELEMENTS, dense // 8)
+
+
+@functools.cache
+def device_memory(device: torch.device) -> int:
+    """Total bytes of memory of a CUDA device (read once: it does not change, and reading it
+    is safe while a CUDA graph is captured)."""
+    return int(torch.cuda.get_device_properties(device).total_memory)
 
 
 @register_pooler("relation_net")
@@ -186,9 +215,9 @@ class RelationNetPooler(Pooler):
 
     Args:
         pair_chunk: scenes per chunk of the chunked path; 0 never chunks; None (default)
-            chunks into about `PAIR_CHUNK_ELEMENTS` pair activations when a batch has more
-            than `DENSE_PAIR_LIMIT` (image batches from 2 episodes on; schema never at the
-            paper's batch of 64).
+            chunks when a batch has more pair activations than the device's dense limit
+            (`pair_limits`; on a CPU image batches from 2 episodes on, schema never at the
+            paper's batch of 64; on an 80 GB GPU image batches from 7 episodes on).
     """
 
     # Eager CPU code takes the indexed path; False gives it the masked path that compiled and
@@ -246,14 +275,16 @@ class RelationNetPooler(Pooler):
         left, right = self.pair_terms(objects, positions)
         return left[:, :, None, :] + right[:, None, :, :]  # (B, K, K, H)
 
-    def chunk_scenes(self, scenes: int, num_objects: int) -> int:
-        """Scenes per chunk of the chunked path for a batch of this size, 0 for no chunks."""
+    def chunk_scenes(self, scenes: int, num_objects: int, device: torch.device = _CPU) -> int:
+        """Scenes per chunk of the chunked path for a batch of this size on `device`, 0 for
+        no chunks (`pair_limits`)."""
         if self.pair_chunk is not None:
             return self.pair_chunk
+        dense, chunk = pair_limits(device)
         per_scene = num_objects * num_objects * self.g_dim
-        if scenes * per_scene <= DENSE_PAIR_LIMIT:
+        if scenes * per_scene <= dense:
             return 0
-        return max(1, PAIR_CHUNK_ELEMENTS // per_scene)
+        return max(1, chunk // per_scene)
 
     def forward(self, objects: Tensor, mask: Tensor, positions: Tensor | None = None) -> Tensor:
         b, k, _ = objects.shape
@@ -261,7 +292,7 @@ class RelationNetPooler(Pooler):
         if positions is not None:
             positions = _masked(positions, mask)
         left, right = self.pair_terms(objects, positions)  # (B, K, H) each
-        chunk = self.chunk_scenes(b, k)
+        chunk = self.chunk_scenes(b, k, objects.device)
         if chunk:
             return self.f(chunked_pair_sum(left, right, mask, self.g_rest, chunk=chunk))
         h = left[:, :, None, :] + right[:, None, :, :]  # (B, K, K, H)

@@ -25,6 +25,7 @@ from curi.models import (
     get_pooler,
     list_encoders,
     list_poolers,
+    poolers,
 )
 from curi.models.poolers import PAIR_CHUNK_ELEMENTS
 from curi.renderers import get_renderer, list_renderers
@@ -303,6 +304,26 @@ def test_relation_net_chunks_only_large_pair_tensors():
     )
     with pytest.raises(ConfigError, match="pair_chunk"):
         get_pooler("relation_net", in_dim=4, num_objects=5, pair_chunk=-1)
+
+
+@pytest.mark.parametrize(
+    ("gib", "image_episodes_dense"),
+    [(80, 6), (140, 11)],  # an H100's and an H200's memory
+)
+def test_on_a_gpu_the_pair_path_follows_its_memory(monkeypatch, gib, image_episodes_dense):
+    monkeypatch.setattr(poolers, "device_memory", lambda device: gib * 2**30)
+    cuda = torch.device("cuda")
+    rn = get_pooler("relation_net", in_dim=96, num_objects=80)
+    assert rn.chunk_scenes(1024 * 50, 5, cuda) == 0  # schema at batch 1,024: dense on both
+    assert rn.chunk_scenes(image_episodes_dense * 50, 80, cuda) == 0
+    chunk = rn.chunk_scenes((image_episodes_dense + 1) * 50, 80, cuda)
+    _, per_chunk = poolers.pair_limits(cuda)
+    assert 0 < chunk and chunk * 80 * 80 * 256 <= per_chunk
+    assert chunk > rn.chunk_scenes(8 * 50, 80)  # bigger chunks than a CPU's
+    assert poolers.pair_limits(torch.device("cpu")) == (
+        poolers.DENSE_PAIR_LIMIT,
+        PAIR_CHUNK_ELEMENTS,
+    )
 
 
 def test_protonet_head_matches_the_formulas():
