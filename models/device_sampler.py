@@ -90,10 +90,11 @@ def _check_fits(bank, device: torch.device) -> None:
 class DeviceEpisodeSampler:
     """A batch of training episodes per call, drawn with torch on `device`.
 
-    ``sample(step, batch_size, rank=rank)`` is a pure function of (seed, step, rank, batch size)
-    on a given device: a run resumed at step t draws what the uninterrupted run drew, and DDP
-    processes (`rank`) draw independent episodes. The options are `curi.EpisodeSampler`'s, and
-    checked by it.
+    ``sample(draw, size, rank=rank)`` is a pure function of (seed, draw, rank, size) on a
+    given device: a run resumed at step t draws what the uninterrupted run drew (a draw is one
+    step's episodes, or on CUDA several steps': `curi.models.device_batches.DrawnEpisodes`),
+    and DDP processes (`rank`) draw independent episodes. The options are
+    `curi.EpisodeSampler`'s, and checked by it.
 
     Args:
         bank: a `ConceptBank`.
