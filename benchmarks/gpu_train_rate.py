@@ -3,7 +3,7 @@ and whole training runs at several batch sizes and draw sizes (episodes drawn at
 `curi.models.device_batches.DRAW_EPISODES`), each with its GPU utilisation.
 
     python benchmarks/gpu_train_rate.py [--bank default] [--batches 256 1024]
-        [--draws 256 4096] [--steps 400] [--device cuda] [--data-dir DIR]
+        [--draws 256 4096] [--compile] [--steps 400] [--device cuda] [--data-dir DIR]
 
 1. the sampler alone: milliseconds per draw of 256 and of 4,096 hard-negative episodes (the
    device synchronised after each), so the cost of a draw's launches and host
@@ -13,7 +13,10 @@ and whole training runs at several batch sizes and draw sizes (episodes drawn at
    the end on 8 episodes; the median rate of the log windows after the first, and
    ``nvidia-smi``'s utilisation while it trains (gpu_headline.GpuUtilisation).
 
-On a CPU (``--device cpu --bank tiny --steps 6 --batches 8 --draws 8``) the same path runs.
+``--compile`` adds, for each batch and the largest draw, a run with ``train.compile=true``
+(Inductor fuses the masked BatchNorms' element-wise chains, which the CUDA graph replays one
+kernel at a time). On a CPU (``--device cpu --bank tiny --steps 6 --batches 8 --draws 8``)
+the same path runs.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ def sampler_ms(bank, device: str, size: int, repeats: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def train_rate(args, bank, batch: int, draw: int, data_dir: Path, out: Path) -> dict:
+def train_rate(
+    args, bank, batch: int, draw: int, data_dir: Path, out: Path, *, compile: bool = False
+) -> dict:
     import torch
 
     import curi.models.device_batches as device_batches
@@ -75,11 +80,12 @@ def train_rate(args, bank, batch: int, draw: int, data_dir: Path, out: Path) -> 
                 "checkpoint_every": 10 * args.steps,
                 "val_episodes": 8,
                 "sampler": "device",
+                "compile": compile,
                 "num_workers": 0,
             },
         }
     )
-    run_dir = out / f"b{batch}-d{draw}"
+    run_dir = out / f"b{batch}-d{draw}{'-compile' if compile else ''}"
     with GpuUtilisation() as gpu:
         summary = train(run, run_dir=run_dir, bank=bank, progress=False)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -101,6 +107,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--draws", type=int, nargs="+", default=[256, 4096])
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--compile", action="store_true", help="also train.compile=true rows")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--data-dir", type=Path, default=None)
     args = ap.parse_args()
@@ -124,8 +131,10 @@ def main() -> None:
     lines.append("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for batch in args.batches:
-            for draw in args.draws:
-                r = train_rate(args, bank, batch, draw, data_dir, Path(tmp))
+            runs = [(draw, False) for draw in args.draws]
+            runs += [(max(args.draws), True)] if args.compile else []
+            for draw, compile in runs:
+                r = train_rate(args, bank, batch, draw, data_dir, Path(tmp), compile=compile)
                 lines.append(
                     f"| {batch} | {r['draw']:,} | {r['episodes_per_s']:,.0f} | {r['gpu']} "
                     f"| {r['step_mode']} |"
