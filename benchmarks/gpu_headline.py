@@ -81,35 +81,56 @@ class GpuUtilisation:
 
 
 def run_config(args, *, steps: int, every: int, val_episodes: int, data_dir: Path, log_every=None):
-    from curi.models.config import RunConfig
     from curi.models.schedule import scaled_lr
 
     lr = args.lr or scaled_lr(BASE_LR, args.batch, BASE_BATCH)
     warmup = args.warmup if args.warmup is not None else max(1, steps // 50)
+    train = {
+        "steps": steps,
+        "batch_size": args.batch,
+        "lr": lr,
+        "lr_schedule": "cosine",
+        "warmup_steps": min(warmup, steps - 1),
+        "log_every": log_every or max(1, min(100, steps // 20)),
+        "eval_every": every,
+        "checkpoint_every": every,
+        "val_episodes": val_episodes,
+        "num_workers": args.workers,
+    }
+    return relation_net_run(args.bank, args.device, data_dir, train, seed=args.seed)
+
+
+def relation_net_run(bank: str, device: str, data_dir: Path, train: dict, *, modality=None, seed=0):
+    """A run of the headline row's model and task (relation-net, concept_iid, hard negatives)
+    on `bank`, with `train`'s settings and `modality` (default: schema)."""
+    from curi.models.config import RunConfig
+
     return RunConfig.from_mapping(
         {
-            "bank": {"name": args.bank},
+            "bank": {"name": bank},
             "split": "concept_iid",
             "negatives": "hard",
-            "modality": {"name": "schema"},
+            "modality": modality or {"name": "schema"},
             "pooling": {"name": "relation_net"},
-            "device": args.device,
+            "device": device,
             "data_dir": str(data_dir),
-            "seed": args.seed,
-            "train": {
-                "steps": steps,
-                "batch_size": args.batch,
-                "lr": lr,
-                "lr_schedule": "cosine",
-                "warmup_steps": min(warmup, steps - 1),
-                "log_every": log_every or max(1, min(100, steps // 20)),
-                "eval_every": every,
-                "checkpoint_every": every,
-                "val_episodes": val_episodes,
-                "num_workers": args.workers,
-            },
+            "seed": seed,
+            "train": train,
         }
     )
+
+
+def short_run(steps: int, batch: int, **train) -> dict:
+    """`train` settings of a timing run: `steps` steps of `batch`, validated once at the end on
+    8 episodes, no checkpoint before it."""
+    return {
+        "steps": steps,
+        "batch_size": batch,
+        "eval_every": 10 * steps,
+        "checkpoint_every": 10 * steps,
+        "val_episodes": 8,
+        **train,
+    }
 
 
 def cuda_checks() -> str:

@@ -22,32 +22,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpu_headline import relation_net_run, short_run
+
 
 def one(args, batch: int, data_dir: Path, out: Path, bank) -> dict:
     import torch
 
-    from curi.models.config import RunConfig
     from curi.models.train import train
 
-    run = RunConfig.from_mapping(
-        {
-            "bank": {"name": args.bank},
-            "split": "concept_iid",
-            "negatives": "hard",
-            "modality": {"name": "image", "device": args.device},
-            "pooling": {"name": "relation_net"},
-            "device": args.device,
-            "data_dir": str(data_dir),
-            "train": {
-                "steps": args.steps,
-                "batch_size": batch,
-                "log_every": 1,
-                "eval_every": 10 * args.steps,  # validation only at the end (not timed)
-                "checkpoint_every": 10 * args.steps,
-                "val_episodes": 8,
-                "num_workers": args.workers,
-            },
-        }
+    run = relation_net_run(
+        args.bank,
+        args.device,
+        data_dir,
+        short_run(args.steps, batch, log_every=1, num_workers=args.workers),
+        modality={"name": "image", "device": args.device},
     )
     cuda = args.device.startswith("cuda")
     if cuda:

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_headline import GpuUtilisation
+from gpu_headline import GpuUtilisation, relation_net_run, short_run
 
 
 def sampler_ms(bank, device: str, size: int, repeats: int) -> float:
@@ -59,32 +59,18 @@ def train_rate(
     import torch
 
     import curi.models.device_batches as device_batches
-    from curi.models.config import RunConfig
     from curi.models.train import train
 
     device_batches.DRAW_EPISODES = draw
-    run = RunConfig.from_mapping(
-        {
-            "bank": {"name": args.bank},
-            "split": "concept_iid",
-            "negatives": "hard",
-            "modality": {"name": "schema"},
-            "pooling": {"name": "relation_net"},
-            "device": args.device,
-            "data_dir": str(data_dir),
-            "train": {
-                "steps": args.steps,
-                "batch_size": batch,
-                "log_every": max(1, args.steps // 8),
-                "eval_every": 10 * args.steps,
-                "checkpoint_every": 10 * args.steps,
-                "val_episodes": 8,
-                "sampler": "device",
-                "compile": compile,
-                "num_workers": 0,
-            },
-        }
+    train_settings = short_run(
+        args.steps,
+        batch,
+        log_every=max(1, args.steps // 8),
+        sampler="device",
+        compile=compile,
+        num_workers=0,
     )
+    run = relation_net_run(args.bank, args.device, data_dir, train_settings)
     run_dir = out / f"b{batch}-d{draw}{'-compile' if compile else ''}"
     with GpuUtilisation() as gpu:
         summary = train(run, run_dir=run_dir, bank=bank, progress=False)
