@@ -176,20 +176,11 @@ def _unify(ta: str, tb: str, op: str, pos: int) -> str:
     return ta
 
 
-def parse(text: str) -> Concept:
-    """Parse a concept from its postfix string (canonical or original-release format).
-
-    Args:
-        text: e.g. ``"x color? blue = lambda S. exists="``.
-
-    Returns:
-        The type-checked `Concept`.
+def _split_tail(text) -> tuple[list[str], str | None]:
+    """The body tokens and quantifier of a concept string, its ``lambda S.`` checked.
 
     Raises:
-        ConceptError: unknown token, wrong arity, type error, missing ``lambda S.``, a missing
-            quantifier in a concept that uses ``x``, or a body nested deeper than `MAX_NESTING`
-            levels; the message names the token and position and quotes at most the first 80
-            characters of the input.
+        ConceptError: not a string, too short, or no ``lambda S.`` before the quantifier.
     """
     if not isinstance(text, str):
         raise ConceptError(f"a concept must be a string, got {type(text).__name__}")
@@ -205,7 +196,55 @@ def parse(text: str) -> Concept:
     if toks[-2:] != ["lambda", "S."]:
         pos = len(toks) - 1
         raise _type_error("expected 'lambda S.' before the quantifier", toks[-1], pos)
-    body_toks = toks[:-2]
+    return toks[:-2], quant
+
+
+def _result_type(tok: str, types: list[str], raw: str, pos: int) -> str:
+    """The type of operator `tok` (canonical; `raw` as written, at `pos`) applied to operands
+    of `types`.
+
+    Raises:
+        ConceptError: the operands' types do not fit the operator.
+    """
+    if tok in PROPERTY_FUNCS:
+        vt = PROPERTY_FUNCS[tok]
+        if types[0] == "object":
+            return vt
+        if types[0] == "set":
+            return "set:" + vt
+        raise _type_error(f"{tok} applies to an object or a set, not {types[0]}", raw, pos)
+    if tok in BINARY_BOOL or tok == "not":
+        if any(t != "bool" for t in types):
+            raise _type_error(f"{tok} needs boolean operands, got {types}", raw, pos)
+        return "bool"
+    if tok in COMPARISONS:
+        vt = _unify(types[0], types[1], raw, pos)
+        if tok == ">" and vt not in ORDERED:
+            raise _type_error(f"'>' is not defined for {vt}", raw, pos)
+        return "bool"
+    # all / any / count=
+    if not types[0].startswith("set:"):
+        raise _type_error(f"{tok} needs a set's property first, got {types[0]}", raw, pos)
+    _unify(types[0][4:], types[1], raw, pos)
+    return "number" if tok == "count=" else "bool"
+
+
+def parse(text: str) -> Concept:
+    """Parse a concept from its postfix string (canonical or original-release format).
+
+    Args:
+        text: e.g. ``"x color? blue = lambda S. exists="``.
+
+    Returns:
+        The type-checked `Concept`.
+
+    Raises:
+        ConceptError: unknown token, wrong arity, type error, missing ``lambda S.``, a missing
+            quantifier in a concept that uses ``x``, or a body nested deeper than `MAX_NESTING`
+            levels; the message names the token and position and quotes at most the first 80
+            characters of the input.
+    """
+    body_toks, quant = _split_tail(text)
     stack: list[tuple[Node, str, int]] = []  # (node, type, levels)
     for pos, raw in enumerate(body_toks):
         tok = _ALIASES.get(raw, raw)
@@ -229,29 +268,7 @@ def parse(text: str) -> Concept:
         if levels > MAX_NESTING:
             msg = f"concept nests deeper than the limit of {MAX_NESTING} levels"
             raise _type_error(msg, raw, pos)
-        types = [t for _, t, _ in operands]
-        if tok in PROPERTY_FUNCS:
-            vt = PROPERTY_FUNCS[tok]
-            if types[0] == "object":
-                out = vt
-            elif types[0] == "set":
-                out = "set:" + vt
-            else:
-                raise _type_error(f"{tok} applies to an object or a set, not {types[0]}", raw, pos)
-        elif tok in BINARY_BOOL or tok == "not":
-            if any(t != "bool" for t in types):
-                raise _type_error(f"{tok} needs boolean operands, got {types}", raw, pos)
-            out = "bool"
-        elif tok in COMPARISONS:
-            vt = _unify(types[0], types[1], raw, pos)
-            if tok == ">" and vt not in ORDERED:
-                raise _type_error(f"'>' is not defined for {vt}", raw, pos)
-            out = "bool"
-        else:  # all / any / count=
-            if not types[0].startswith("set:"):
-                raise _type_error(f"{tok} needs a set's property first, got {types[0]}", raw, pos)
-            _unify(types[0][4:], types[1], raw, pos)
-            out = "number" if tok == "count=" else "bool"
+        out = _result_type(tok, [t for _, t, _ in operands], raw, pos)
         stack.append((Node(tok, tuple(nd for nd, _, _ in operands)), out, levels))
     if len(stack) != 1:
         raise ConceptError(

@@ -144,53 +144,81 @@ def evaluate_episodes(
             num_workers=num_workers,
             amp_dtype=amp_dtype,
         )
-        ds = EpisodeDataset(sampler, modality, max_len=max_len)
-        on_gpu = renders_on_cuda(modality)
-        loader = DataLoader(
-            ds,
-            batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, drop_last=False),
-            collate_fn=collate_episodes,
-            num_workers=0 if on_gpu else num_workers,
-            pin_memory=device.type == "cuda" and not on_gpu,
-            worker_init_fn=StopSignals.worker_init,
-        )
-        aps, concepts, q_scores, q_labels = [], [], [], []
-        q_loss = c_loss = 0.0
+        loader = _episode_loader(sampler, modality, device, batch_size, num_workers, max_len)
+        tally = _Tally()
         for batch in tqdm(loader, desc=f"eval {sampler.subset}", disable=not progress):
-            b = len(batch["concept"])
             gpu = to_device(batch, device)
             with autocast(device, amp_dtype):
                 out = model(gpu)
-            q_loss += float(out.query_loss) * b
-            if out.concept_loss is not None:
-                c_loss += float(out.concept_loss) * b
-            scores = log_odds(out.prototypes, emb).double().cpu().numpy()  # (B, M)
-            # Shift each row to >= 0 (same order) for the metric's fast path.
-            scores -= scores.min(axis=1, keepdims=True)
-            concepts.append(batch["concept"].cpu().numpy())
-            truth = eval_labels(ev.rows, concepts[-1], len(ev))  # (B, M)
-            aps.append(average_precision_batch(scores, truth))
-            logits = out.logits.float()
-            q_scores.append((logits[..., 1] - logits[..., 0]).cpu().numpy())  # (B, Q) log-odds
-            q_labels.append(batch["query_labels"].cpu().numpy())
+            tally.add(out, batch, emb, ev)
     finally:
         model.train(was_training)
-    ap = np.concatenate(aps)
-    qs, ql = np.concatenate(q_scores), np.concatenate(q_labels)
-    n = len(ap)
-    out = {
-        "map": float(np.nanmean(ap)),
-        "cba": float(np.nanmean(class_balanced_accuracy_batch(qs, ql, threshold=0.0))),
-        "cba_pooled": float(pooled_class_balanced_accuracy(qs, ql, threshold=0.0)),
-        "query_loss": q_loss / n,
-        "concept_loss": c_loss / n if model.decoder is not None else None,
-        "episodes": n,
-        "eval_scenes": len(ev),
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    if keep_episodes:
-        out["episode_concepts"], out["episode_ap"] = np.concatenate(concepts), ap
-    return out
+    return tally.metrics(
+        decoder=model.decoder is not None, eval_scenes=len(ev), t0=t0, keep_episodes=keep_episodes
+    )
+
+
+def _episode_loader(sampler, modality, device, batch_size: int, num_workers: int, max_len):
+    """The DataLoader of `evaluate_episodes`: `sampler`'s episodes in order, rendered in
+    `num_workers` workers (in this process when they render on CUDA)."""
+    ds = EpisodeDataset(sampler, modality, max_len=max_len)
+    on_gpu = renders_on_cuda(modality)
+    return DataLoader(
+        ds,
+        batch_sampler=BatchSampler(SequentialSampler(ds), batch_size, drop_last=False),
+        collate_fn=collate_episodes,
+        num_workers=0 if on_gpu else num_workers,
+        pin_memory=device.type == "cuda" and not on_gpu,
+        worker_init_fn=StopSignals.worker_init,
+    )
+
+
+@dataclasses.dataclass
+class _Tally:
+    """What `evaluate_episodes` gathers batch by batch: each episode's AP, concept, query
+    log-odds and labels, and the losses summed over episodes."""
+
+    aps: list = dataclasses.field(default_factory=list)
+    concepts: list = dataclasses.field(default_factory=list)
+    q_scores: list = dataclasses.field(default_factory=list)
+    q_labels: list = dataclasses.field(default_factory=list)
+    q_loss: float = 0.0
+    c_loss: float = 0.0
+
+    def add(self, out, batch: Mapping, emb: Tensor, ev: EvalSet) -> None:
+        """Add a batch: `out`, the model's output on `batch`; `emb`, the eval set's embeddings."""
+        b = len(batch["concept"])
+        self.q_loss += float(out.query_loss) * b
+        if out.concept_loss is not None:
+            self.c_loss += float(out.concept_loss) * b
+        scores = log_odds(out.prototypes, emb).double().cpu().numpy()  # (B, M)
+        # Shift each row to >= 0 (same order) for the metric's fast path.
+        scores -= scores.min(axis=1, keepdims=True)
+        self.concepts.append(batch["concept"].cpu().numpy())
+        truth = eval_labels(ev.rows, self.concepts[-1], len(ev))  # (B, M)
+        self.aps.append(average_precision_batch(scores, truth))
+        logits = out.logits.float()
+        self.q_scores.append((logits[..., 1] - logits[..., 0]).cpu().numpy())  # (B, Q) log-odds
+        self.q_labels.append(batch["query_labels"].cpu().numpy())
+
+    def metrics(self, *, decoder: bool, eval_scenes: int, t0: float, keep_episodes: bool) -> dict:
+        """The result of `evaluate_episodes` (`t0`: its start, `time.perf_counter`)."""
+        ap = np.concatenate(self.aps)
+        qs, ql = np.concatenate(self.q_scores), np.concatenate(self.q_labels)
+        n = len(ap)
+        out = {
+            "map": float(np.nanmean(ap)),
+            "cba": float(np.nanmean(class_balanced_accuracy_batch(qs, ql, threshold=0.0))),
+            "cba_pooled": float(pooled_class_balanced_accuracy(qs, ql, threshold=0.0)),
+            "query_loss": self.q_loss / n,
+            "concept_loss": self.c_loss / n if decoder else None,
+            "episodes": n,
+            "eval_scenes": eval_scenes,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+        if keep_episodes:
+            out["episode_concepts"], out["episode_ap"] = np.concatenate(self.concepts), ap
+        return out
 
 
 def concept_table(

@@ -22,7 +22,6 @@ from curi.atomic import exclusive, remove
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
 from curi.errors import ConfigError
-from curi.models.cache import open_render_cache
 from curi.models.checkpoint import (
     CHECKPOINT_FORMAT,
     MetricLogger,
@@ -43,7 +42,7 @@ from curi.models.evaluate import evaluate_episodes
 from curi.models.protonet import ProtoNet
 from curi.models.runtime import Runtime, StopSignals, TrainingStopped, start_runtime
 from curi.models.step import StepOutput, StepRunner, portable_state
-from curi.models.train_batches import resolve_sampler, train_loader
+from curi.models.train_batches import resolve_sampler, train_cache, train_loader
 from curi.oracles.eval_set import EvalSet
 from curi.renderers import Renderer
 from curi.splits import make_split
@@ -267,31 +266,12 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     fused = s.fused_adam and rt.device.type == "cuda"
     opt = torch.optim.Adam(model.parameters(), lr=lr, fused=fused or None)
     scaler = rt.grad_scaler()
-    start, state = 0, _Val()
-    own = run_dir / "checkpoints" / "last.pt"
-    rerun = resume is None and own.is_file()
-    if resume is not None or rerun:
-        start, state = _resume(
-            own if rerun else resume, run, model, opt, scaler, rerun=rerun, world=rt.world_size
-        )
-    elif rt.is_main:
-        _start_clean(run_dir)
-    _check_same_start(rt, start, run_dir)
+    start, state, rerun = _start(run, rt, run_dir, resume, model, opt, scaler)
     net = rt.wrap(model)
     max_len = concept_max_len(bank)
     sampler = resolve_sampler(s.sampler, rt.device)
     workers = _loader_workers(run, renderer, rt)
-    cache = None
-    if s.render_cache is not None and start < s.steps:  # a finished run renders nothing
-        with rt.main_first():  # rank 0 builds a missing cache, the others then read it
-            cache = open_render_cache(
-                s.render_cache,
-                bank,
-                renderer,
-                run.modality,
-                rebuild=s.render_cache_rebuild and rt.is_main,
-                progress=progress and rt.is_main,
-            )
+    cache = train_cache(run, rt, bank, renderer, start=start, progress=progress)
     loader = train_loader(
         run,
         rt,
@@ -304,20 +284,7 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
         cache=cache,
         sampler=sampler,
     )
-    step = StepRunner(
-        model=model,
-        net=net,
-        opt=opt,
-        scaler=scaler,
-        rt=rt,
-        seed=run.seed,
-        lr=lr,
-        schedule=s.lr_schedule,
-        warmup=s.warmup_steps,
-        steps=s.steps,
-        grad_clip=s.grad_clip,
-        mode=_step_mode(s, rt, renderer),
-    )
+    step = _step_runner(run, rt, renderer, model, net, opt, scaler, lr)
     fit = _Fit(
         run=run,
         rt=rt,
@@ -346,6 +313,22 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
     )
     _log_start(fit, renderer)
     return fit
+
+
+def _start(run: RunConfig, rt: Runtime, run_dir: Path, resume, model, opt, scaler) -> tuple:
+    """``(step, validation state, rerun)`` the run starts from: `resume`, or `run_dir`'s own
+    ``last.pt`` (a rerun), loaded into the model, optimiser and scaler; else a clean start."""
+    start, state = 0, _Val()
+    own = run_dir / "checkpoints" / "last.pt"
+    rerun = resume is None and own.is_file()
+    if resume is not None or rerun:
+        start, state = _resume(
+            own if rerun else resume, run, model, opt, scaler, rerun=rerun, world=rt.world_size
+        )
+    elif rt.is_main:
+        _start_clean(run_dir)
+    _check_same_start(rt, start, run_dir)
+    return start, state, rerun
 
 
 def _resume(
@@ -448,15 +431,30 @@ def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
     return run.train.num_workers
 
 
-def _step_mode(s, rt: Runtime, renderer: Renderer) -> str:
-    """How steps run: ``compile`` (train.compile), ``graph`` (train.cuda_graph; auto: on
-    CUDA for schema, whose batches have fixed shapes, in one process) or ``eager``."""
-    if s.compile:
-        return "compile"
+def _step_runner(
+    run: RunConfig, rt: Runtime, renderer: Renderer, model, net, opt, scaler, lr: float
+) -> StepRunner:
+    """The run's `StepRunner`, in mode ``compile`` (train.compile), ``graph`` (train.cuda_graph;
+    auto: on CUDA for schema, whose batches have fixed shapes, in one process) or ``eager``."""
+    s = run.train
     graph = s.cuda_graph
     if graph == "auto":
         graph = rt.device.type == "cuda" and renderer.name == "schema" and not rt.distributed
-    return "graph" if graph else "eager"
+    mode = "compile" if s.compile else "graph" if graph else "eager"
+    return StepRunner(
+        model=model,
+        net=net,
+        opt=opt,
+        scaler=scaler,
+        rt=rt,
+        seed=run.seed,
+        lr=lr,
+        schedule=s.lr_schedule,
+        warmup=s.warmup_steps,
+        steps=s.steps,
+        grad_clip=s.grad_clip,
+        mode=mode,
+    )
 
 
 def _log_start(fit: _Fit, renderer: Renderer) -> None:

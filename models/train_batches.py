@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
-from curi.models.cache import CachedScenes, RenderCache
+from curi.models.cache import CachedScenes, RenderCache, open_render_cache
 from curi.models.config import RunConfig
 from curi.models.data import EpisodeBatches, StepBatchSampler, renders_on_cuda
 from curi.models.device_batches import DeviceScenes, device_batches
@@ -23,7 +23,7 @@ from curi.models.runtime import Runtime, StopSignals
 from curi.renderers import Renderer
 from curi.splits import Split
 
-__all__ = ["resolve_sampler", "train_loader"]
+__all__ = ["resolve_sampler", "train_cache", "train_loader"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,32 @@ def resolve_sampler(sampler: str, device: torch.device) -> str:
     if sampler == "auto":
         return "device" if device.type == "cuda" else "loader"
     return sampler
+
+
+def train_cache(
+    run: RunConfig,
+    rt: Runtime,
+    bank: ConceptBank,
+    renderer: Renderer,
+    *,
+    start: int,
+    progress: bool,
+) -> RenderCache | None:
+    """The render cache the run's batches read (``train.render_cache``), built by rank 0 when
+    missing while the others wait; None without one, or when steps ``start..steps`` are none
+    (a finished run renders nothing)."""
+    s = run.train
+    if s.render_cache is None or start >= s.steps:
+        return None
+    with rt.main_first():  # rank 0 builds a missing cache, the others then read it
+        return open_render_cache(
+            s.render_cache,
+            bank,
+            renderer,
+            run.modality,
+            rebuild=s.render_cache_rebuild and rt.is_main,
+            progress=progress and rt.is_main,
+        )
 
 
 def train_loader(

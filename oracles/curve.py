@@ -11,13 +11,14 @@ JSON file mapping split names to a model's mAP, plotted beside the oracles."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -140,57 +141,69 @@ def divergence_curve(
         ConfigError: a `step` that `check_step` refuses (before any job runs).
     """
     step = check_step(step)
-    if out_dir is None:  # the points in a temporary folder of this call, removed after it
-        tmp = Path(tempfile.mkdtemp(prefix="curi-curve-"))
-        try:
-            return divergence_curve(
-                bank,
-                mcd=mcd,
-                step=step,
-                seeds=seeds,
-                negatives=negatives,
-                episodes=episodes,
-                paper_splits=paper_splits,
-                split_dir=split_dir,
-                model_results=model_results,
-                workers=workers,
-                progress=progress,
-                out_dir=tmp,
-                launcher=launcher,
-            )
-        finally:
-            remove(tmp, root=tmp.parent)
-    t0 = time.perf_counter()
-    launcher = (launcher or Launcher()).for_sweep()
-    out = Path(out_dir)
+    with _points_folder(out_dir) as out:
+        t0 = time.perf_counter()
+        launcher = (launcher or Launcher()).for_sweep()
+        where = bank if launcher.in_process else str(bank.path)
+        common = _job_settings(mcd, negatives, episodes, workers, split_dir, launcher)
+        first = {f"mcd_max_s{seed}": (seed, None) for seed in seeds}
+        _run_points(where, first, common, out, launcher, progress)
+        max_dc = _max_dcs(out, first, common)
+        tgts, second = _target_points(max_dc, step, seeds, paper_splits)
+        _run_points(where, second, common, out, launcher, progress)
+        plan = {"settings": {**common, "split_dir": None}, "points": [*first, *second]}
+        plan.update(targets=tgts, max_dc=max_dc, seconds=round(time.perf_counter() - t0, 1))
+        plan["threads"] = launcher.threads
+        write_text(out / "points" / "plan.json", json.dumps(plan, indent=2) + "\n")
+        return collect_curve(out, model_results=model_results)
+
+
+@contextlib.contextmanager
+def _points_folder(out_dir: str | Path | None) -> Iterator[Path]:
+    """`out_dir` as a path; None: a temporary folder, removed when the block ends."""
+    if out_dir is not None:
+        yield Path(out_dir)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="curi-curve-"))
+    try:
+        yield tmp
+    finally:
+        remove(tmp, root=tmp.parent)
+
+
+def _job_settings(mcd, negatives, episodes, workers, split_dir, launcher: Launcher) -> dict:
+    """The settings every job of the study gets: the MCD options (less ``target_dc``), the
+    oracles' negatives and episodes, their workers (one in a process of its own), `split_dir`."""
     base = {"rule": "mcd", "progress": False, **dict(mcd or {})}
     base.pop("target_dc", None)
-    where = bank if launcher.in_process else str(bank.path)
-    common = {
+    return {
         "base": base,
         "negatives": list(negatives),
         "episodes": int(episodes),
         "workers": int(workers) if launcher.in_process else 1,
         "split_dir": None if split_dir is None else str(split_dir),
     }
-    first = {f"mcd_max_s{seed}": (seed, None) for seed in seeds}
-    _run_points(where, first, common, out, launcher, progress)
+
+
+def _max_dcs(out: Path, first: Mapping, common: Mapping) -> dict:
+    """Seed -> the highest D_C its generator reached, from the points of `first` written."""
     max_dc = {}
     for name, (seed, _) in first.items():
         point = _read_point(out, name, common)
         if point is not None and "d_compound" in point:
             max_dc[seed] = point["d_compound"]
+    return max_dc
+
+
+def _target_points(max_dc: Mapping, step: float, seeds, paper_splits: bool) -> tuple[list, dict]:
+    """The targets (up to the lowest maximum D_C) and the points of the second round: one per
+    (target below that maximum, seed), and ``paper`` with `paper_splits`."""
     tgts = targets(min(max_dc.values()), step) if max_dc else []
     below = [t for t in tgts if t < min(max_dc.values()) - 1e-9] if max_dc else []
     second = {f"mcd_{t:.2f}_s{seed}": (seed, t) for t in below for seed in seeds}
     if paper_splits:
         second["paper"] = (None, None)
-    _run_points(where, second, common, out, launcher, progress)
-    plan = {"settings": {**common, "split_dir": None}, "points": [*first, *second]}
-    plan.update(targets=tgts, max_dc=max_dc, seconds=round(time.perf_counter() - t0, 1))
-    plan["threads"] = launcher.threads
-    write_text(out / "points" / "plan.json", json.dumps(plan, indent=2) + "\n")
-    return collect_curve(out, model_results=model_results)
+    return tgts, second
 
 
 def _point_path(out: Path, name: str) -> Path:

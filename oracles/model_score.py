@@ -165,20 +165,11 @@ def score_arrays(
             number, or a bad split or option.
     """
     threshold = check_threshold(threshold)
-    q, m = _real(query_scores, "query_scores"), _real(eval_scores, "eval_scores")
-    if q.ndim != 2 or m.ndim != 2 or len(q) != len(m) or len(q) == 0:
-        raise ConfigError(
-            f"expected query scores (E, Q) and eval scores (E, M) for the same E >= 1 episodes, "
-            f"got {q.shape} and {m.shape}"
-        )
+    q, m = _score_matrices(query_scores, eval_scores)
     sp = split if isinstance(split, Split) else make_split(bank, split)
     sampler = _sampler(bank, sp, subset, negatives, seed, len(q))
     ev = EvalSet.from_bank(bank)
-    if m.shape[1] != len(ev) or q.shape[1] != sampler.num_positives + sampler.num_negatives:
-        raise ConfigError(
-            f"scores of shape {q.shape} (query) and {m.shape} (eval) do not fit these episodes: "
-            f"{sampler.num_positives + sampler.num_negatives} query and {len(ev)} eval scenes"
-        )
+    _check_fit(q, m, sampler, ev)
     eps = [sampler[i] for i in range(len(q))]
     concepts = np.array([e.concept for e in eps], np.int64)
     q_labels = np.stack([e.query_labels for e in eps])
@@ -198,12 +189,41 @@ def score_arrays(
             bank, sp, negatives, ev, episodes=len(q), prior=prior, likelihood=likelihood, seed=seed
         )
         row.update({k: v for k, v in orc.items() if k.startswith(("map_", "cba_"))})
+    return {"split": [row], "concepts": _concept_rows(bank, sp.name, concepts, ap, cba)}
+
+
+def _score_matrices(query_scores, eval_scores) -> tuple[np.ndarray, np.ndarray]:
+    """`score_arrays`' scores as real (E, Q) and (E, M) arrays of the same E >= 1 episodes.
+
+    Raises:
+        ConfigError: scores not real, or of another shape.
+    """
+    q, m = _real(query_scores, "query_scores"), _real(eval_scores, "eval_scores")
+    if q.ndim != 2 or m.ndim != 2 or len(q) != len(m) or len(q) == 0:
+        raise ConfigError(
+            f"expected query scores (E, Q) and eval scores (E, M) for the same E >= 1 episodes, "
+            f"got {q.shape} and {m.shape}"
+        )
+    return q, m
+
+
+def _check_fit(q: np.ndarray, m: np.ndarray, sampler: EpisodeSampler, ev: EvalSet) -> None:
+    """Refuse scores whose query or eval width is not the episodes' (ConfigError)."""
+    if m.shape[1] != len(ev) or q.shape[1] != sampler.num_positives + sampler.num_negatives:
+        raise ConfigError(
+            f"scores of shape {q.shape} (query) and {m.shape} (eval) do not fit these episodes: "
+            f"{sampler.num_positives + sampler.num_negatives} query and {len(ev)} eval scenes"
+        )
+
+
+def _concept_rows(bank, split: str, concepts: np.ndarray, ap, cba) -> list[dict]:
+    """One row per concept of the episodes: its episodes' mean AP and CBA."""
     per = []
     for h in np.unique(concepts):
         sel = concepts == h
         per.append(
             {
-                "split": sp.name,
+                "split": split,
                 "concept": int(h),
                 "concept_text": bank.concepts[h],
                 "episodes": int(sel.sum()),
@@ -211,7 +231,7 @@ def score_arrays(
                 "cba": float(np.nanmean(cba[sel])),
             }
         )
-    return {"split": [row], "concepts": per}
+    return per
 
 
 def score_model(

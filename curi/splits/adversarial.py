@@ -114,26 +114,11 @@ def _structure_similarity(index: StructureIndex, s: int, contexts, types) -> np.
     return out
 
 
-def adversarial_splits(
-    bank,
-    *,
-    name: str = "adversarial",
-    options: AdversarialOptions | None = None,
-    val: str = "same_as_test",
-    val_fraction: float = 0.25,
-    seed: int = 0,
-) -> list[Split]:
-    """Every kept adversarial split of `bank`, hardest first (see `AdversarialOptions`).
-
-    Each `Split.info` holds the structure `s`, the threshold tau, the structures held out, the
-    test share and the mean easiness of its test concepts.
-    """
+def _test_rule(index: StructureIndex, groups: np.ndarray, opt: AdversarialOptions):
+    """``attempt(held)``: the test concepts (an (h,) mask) of holding out the structures
+    `held`, or None when their number is out of bounds or a test symbol is never in training."""
     from scipy import sparse
 
-    opt = options or AdversarialOptions()
-    pred = VARIANTS[opt.variant]
-    concepts = list(bank.concepts)
-    index = StructureIndex(concepts, n=2, kind="tree", shapes=pred.shapes)
     h, k = len(index), len(index.structures)
     rows = np.repeat(np.arange(h), [len(a) for a in index.concept_structures])
     inc = sparse.csc_matrix(
@@ -144,8 +129,6 @@ def adversarial_splits(
     sym = np.zeros((h, len(symbols)), bool)
     for c, syms in enumerate(index.concept_symbols):
         sym[c, [sym_id[x] for x in syms]] = True
-    contexts = index.contexts(np.arange(h))
-    groups = np.asarray(bank.groups)
     max_test = int(opt.max_test_fraction * h)
 
     def attempt(held: np.ndarray) -> np.ndarray | None:
@@ -158,8 +141,15 @@ def adversarial_splits(
             return None
         return test
 
+    return attempt
+
+
+def _candidates(index: StructureIndex, pred, opt: AdversarialOptions, seed: int, attempt) -> dict:
+    """The distinct valid splits, keyed by their packed test mask, as (s, tau, held, test): per
+    structure `s`, the lowest threshold tau whose held-out structures `attempt` accepts."""
+    contexts = index.contexts(np.arange(len(index)))
     found: dict[bytes, tuple] = {}
-    for s in range(k):
+    for s in range(len(index.structures)):
         sims = _structure_similarity(index, s, contexts, pred.types)
         taus = sorted({float(x) for x in sims[sims > 0]})
         tries = [(tau, np.flatnonzero(sims >= tau)) for tau in taus]
@@ -177,6 +167,12 @@ def adversarial_splits(
                 if key not in found:  # identical splits from different structures: one
                     found[key] = (s, tau, held, test)
                 break
+    return found
+
+
+def _kept(found: dict, index: StructureIndex, pred, groups, opt: AdversarialOptions) -> list:
+    """The splits of `found` kept, hardest first, as (mean easiness, structure, s, tau, held,
+    test, train)."""
     scored = []
     for s, tau, held, test in found.values():
         te = np.flatnonzero(test)
@@ -184,7 +180,30 @@ def adversarial_splits(
         e = _score(index, pred, np.flatnonzero(train), te).easiness
         scored.append((float(e.mean()), index.structures[s], s, tau, held, test, train))
     scored.sort(key=lambda r: (r[0], r[1]))
-    kept = scored[: opt.top] if opt.half else [r for r in scored if r[0] < opt.max_easiness]
+    return scored[: opt.top] if opt.half else [r for r in scored if r[0] < opt.max_easiness]
+
+
+def adversarial_splits(
+    bank,
+    *,
+    name: str = "adversarial",
+    options: AdversarialOptions | None = None,
+    val: str = "same_as_test",
+    val_fraction: float = 0.25,
+    seed: int = 0,
+) -> list[Split]:
+    """Every kept adversarial split of `bank`, hardest first (see `AdversarialOptions`).
+
+    Each `Split.info` holds the structure `s`, the threshold tau, the structures held out, the
+    test share and the mean easiness of its test concepts.
+    """
+    opt = options or AdversarialOptions()
+    pred = VARIANTS[opt.variant]
+    index = StructureIndex(list(bank.concepts), n=2, kind="tree", shapes=pred.shapes)
+    h, k = len(index), len(index.structures)
+    groups = np.asarray(bank.groups)
+    found = _candidates(index, pred, opt, seed, _test_rule(index, groups, opt))
+    kept = _kept(found, index, pred, groups, opt)
     log.info(
         "adversarial: %d structures, %d distinct valid splits, %d kept", k, len(found), len(kept)
     )
