@@ -235,6 +235,24 @@ def test_streams_match_derive_rng():
                 np.testing.assert_array_equal(a, derive_rng(seed, purpose, i).integers(0, 2**63, 4))
 
 
+def test_streams_read_in_order_match_derive_rng():
+    """Indices read in order take their states from blocks computed at once (`_states`):
+    across a block's end, after a jump, and at the last 32-bit index."""
+    from curi.rng import _BLOCK, DerivedStream, derive_rng
+
+    for seed in (0, 2**32 - 1):
+        stream = DerivedStream(seed, "negatives:x:hard", "test")
+        order = [*range(_BLOCK + 3), 7, 8, 9, 2**32 - 2, 2**32 - 1, 2**32, 5]
+        for i in order:
+            a = stream.rng(i).integers(0, 2**63, 2)
+            np.testing.assert_array_equal(
+                a, derive_rng(seed, "negatives:x:hard", i).integers(0, 2**63, 2)
+            )
+        assert stream._states(2**32 - 3, 2**32) == [
+            stream._state(i) for i in range(2**32 - 3, 2**32)
+        ]
+
+
 def test_bit_helpers_against_unpacking():
     from curi.bits import select_bits, set_bits
 
