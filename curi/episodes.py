@@ -32,7 +32,7 @@ _BATCH = 64  # candidate scenes per rejection round
 _MAX_ROUNDS = 64
 _MATCH_ROUNDS = 8  # rejection rounds of a matched draw before it tests every scene of its key
 _BIT = (1 << np.arange(8)).astype(np.uint8)  # bit s of a row is bit s % 8 of byte s // 8
-_CACHE_BYTES = 1 << 23  # the cumulative popcounts of concepts' rows a sampler keeps
+_CACHE_BYTES = 1 << 25  # the cumulative popcounts of concepts' rows a sampler keeps (int32)
 
 
 @dataclass(frozen=True)
@@ -288,10 +288,10 @@ class EpisodeSampler:
         episode of h (a split's concepts recur thousands of times in a sampler's episodes)."""
         cum = self._cums.get(h)
         if cum is None:
-            if (len(self._cums) + 1) * 8 * self.bank.truth_words.shape[1] > _CACHE_BYTES:
+            if (len(self._cums) + 1) * 4 * self.bank.truth_words.shape[1] > _CACHE_BYTES:
                 self._cums.clear()
-            row = self.bank.truth_words[h]
-            cum = self._cums[h] = np.cumsum(np.bitwise_count(row), dtype=np.int64)
+            dtype = np.int32 if self.bank.num_scenes < 2**31 else np.int64  # half the bytes
+            cum = self._cums[h] = np.bitwise_count(self.bank.truth_words[h]).cumsum(dtype=dtype)
         return cum
 
     # --- negatives --------------------------------------------------------------------------
