@@ -41,13 +41,8 @@ class _Chunk:
 
     @classmethod
     def of(cls, sampler: EpisodeSampler, negatives: str, start: int, stop: int) -> _Chunk:
-        eps = [sampler[i] for i in range(start, stop)]
-        return cls(
-            start,
-            negatives,
-            np.array([e.concept for e in eps], np.int64),
-            *(np.stack([getattr(e, k) for e in eps]) for k in _EPISODE_ARRAYS),
-        )
+        got = sampler.stacked(start, stop)  # = the episodes sampler[i], stacked
+        return cls(start, negatives, got["concept"], *(got[k] for k in _EPISODE_ARRAYS))
 
 
 _EPISODE_ARRAYS = ("support_ids", "support_labels", "query_ids", "query_labels")

@@ -331,3 +331,74 @@ def test_matched_negatives(tiny_bank, dense, hard, kind):
 def test_matched_sampler_name_is_checked(tiny_bank):
     with pytest.raises(ConfigError, match="negative_sampler must be one of"):
         EpisodeSampler(tiny_bank, "concept_iid", "test", negative_sampler="matched_counts")
+
+
+@pytest.mark.parametrize(
+    "split, subset, negatives, seed, kw, most_alternates, speculate, own",
+    [
+        ("concept_iid", "train", "hard", 3, {}, 32, 384, "some"),
+        ("concept_iid", "train", "hard", 3, {}, 3, 384, "some"),  # pools by rejection too
+        ("concept_iid", "train", "hard", 3, {}, 3, 64, "all"),  # rounds outrun the candidates
+        ("concept_iid", "test", "easy", 0, {}, 32, 384, "none"),
+        ("concept_iid", "test", "easy", 0, {}, 32, 60, "all"),
+        ("instance_iid", "train", "hard", 5, {"query_negatives": "random"}, 5, 384, "some"),
+        ("binding_color", "val", "hard", 2**40, {"shuffle": False}, 4, 384, "some"),
+        (
+            "concept_iid",
+            "train",
+            "hard",
+            7,
+            {"num_positives": 3, "num_negatives": 30},
+            8,
+            384,
+            "some",
+        ),
+        ("concept_iid", "train", "easy", 1, {"negative_sampler": "matched"}, 32, 384, "all"),
+    ],
+)
+def test_stacked_episodes_equal_one_by_one(
+    tiny_bank,
+    dense,
+    monkeypatch,
+    split,
+    subset,
+    negatives,
+    seed,
+    kw,
+    most_alternates,
+    speculate,
+    own,
+):
+    """`EpisodeSampler.stacked` (the negatives' rounds run for all episodes together) gives
+    the episodes of ``sampler[i]`` and of the plain sampler, whichever path each set takes;
+    `own`: how many of the episodes the sampler's own code builds (exact pools, rounds that
+    outrun the candidates, the matched sampler), so the batched path is tested, not skipped."""
+    from curi import episode_batch
+
+    monkeypatch.setattr(episodes, "_EXACT_MAX_ALTERNATES", most_alternates)
+    monkeypatch.setattr(episode_batch, "_SPECULATE", speculate)
+    s = EpisodeSampler(tiny_bank, split, subset, negatives, seed=seed, **kw)
+    built, plain, one = [], EpisodeSampler._both_negatives, EpisodeSampler.__getitem__
+    monkeypatch.setattr(
+        EpisodeSampler, "_both_negatives", lambda self, i, *a: built.append(i) or plain(self, i, *a)
+    )
+    monkeypatch.setattr(
+        EpisodeSampler, "__getitem__", lambda self, i: built.append(i) or one(self, i)
+    )
+    got = s.stacked(3, 63)
+    monkeypatch.setattr(EpisodeSampler, "_both_negatives", plain)
+    monkeypatch.setattr(EpisodeSampler, "__getitem__", one)
+    n_own = len(set(built))
+    assert {"none": n_own == 0, "all": n_own == 60, "some": 0 < n_own < 60}[own], n_own
+    for j, i in enumerate(range(3, 63)):
+        e = s[i]
+        one = (e.concept, e.support_ids, e.support_labels, e.query_ids, e.query_labels)
+        keys = ("concept", "support_ids", "support_labels", "query_ids", "query_labels")
+        for a, k in zip(one, keys, strict=True):
+            np.testing.assert_array_equal(got[k][j], a)
+            assert got[k].dtype == np.asarray(a).dtype
+        if not s._matched:
+            np.testing.assert_array_equal(got["support_ids"][j], _plain_episode(s, dense, i)[1])
+    assert s.stacked(5, 5)["support_ids"].shape == (0, s.num_positives + s.num_negatives)
+    with pytest.raises(IndexError):
+        s.stacked(0, len(s) + 1)
