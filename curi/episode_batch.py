@@ -6,8 +6,10 @@ alternate) in a stream of uniform candidates, drawn in rounds from the episode's
 stream (`EpisodeSampler._random_not_h`, `EpisodeSampler._pool_by_rejection`). Consecutive
 ``rng.integers(0, N, size)`` calls draw the same numbers as one call of their total size, so
 here each episode draws `_SPECULATE` candidates in one call and the rounds are run for all
-episodes together on arrays. An episode with a set of another kind (an exact pool of a few
-alternates), or whose rounds outrun its candidates, is built by the sampler's own code."""
+episodes together on arrays. A set of another kind (an exact pool of a few alternates) is
+drawn by the sampler's own code from the episode's stream where the set before left it (past
+the candidates the support used, or at the state its exact pool left); an episode whose
+rounds outrun its candidates is built by the sampler's own code."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from curi.episodes import _BATCH, _BIT, _MAX_ROUNDS
 
 __all__ = ["stacked_episodes"]
 
-_SPECULATE = 384  # candidates an episode draws at once: 8 rounds of 48, or 6 of 64
+_SPECULATE = 640  # candidates an episode draws at once: 13 rounds of 48, or 10 of 64
 _EPISODES_PER_GATHER = 128  # episodes whose candidates' scene-major rows are read at once
 _NOT_H, _REJECTION, _OTHER = 0, 1, 2  # how a set's negatives are found
 
@@ -92,27 +94,69 @@ class _Negatives:
         return np.where(n_alt == 0, _NOT_H, kinds), alt  # no alternate: random, not h
 
     def find(self) -> tuple[np.ndarray, np.ndarray]:
-        """((E, k) support negatives, (E, k) query negatives)."""
-        e, k = len(self.h), self.k
-        fast = np.flatnonzero((self.s_type != _OTHER) & (self.q_type != _OTHER))
-        cand = np.empty((len(fast), _SPECULATE), np.int64)
-        for row, j in enumerate(fast.tolist()):
-            cand[row] = self.s._streams[1].rng(self.idx[j]).integers(0, self.n, _SPECULATE)
-        s_neg, q_neg = np.full((e, k), -1), np.full((e, k), -1)
-        used = self.pos[fast]
-        s_neg[fast], at, ok = self._set(fast, cand, np.zeros(len(fast), np.int64), used, "s")
-        used = np.concatenate([used, s_neg[fast]], 1)
-        q_neg[fast], _, ok_q = self._set(fast, cand, at, used, "q")
-        slow = np.setdiff1d(np.arange(e), fast[ok & ok_q])
-        for j in slow.tolist():  # the sampler's own code: exact pools, or long rejections
+        """((E, k) support negatives, (E, k) query negatives): the sets of the fast kinds
+        found for all episodes together, each exact pool by the sampler's own code on the
+        episode's stream where the set before left it."""
+        e, k, npos = len(self.h), self.k, self.s.num_positives
+        s_neg, q_neg, ok = np.full((e, k), -1), np.full((e, k), -1), np.ones(e, bool)
+        # the support: fast sets from the first candidates of each episode's stream
+        fast = np.flatnonzero(self.s_type != _OTHER)
+        cand = self._candidates(fast)
+        s_neg[fast], at, ok[fast] = self._set(fast, cand, np.zeros(len(fast), np.int64), "s")
+        left: dict[int, object] = {}  # where each stream is: (candidates' row, used) or a state
+        left.update((j, (row, int(at[row]))) for row, j in enumerate(fast.tolist()))
+        for j in np.flatnonzero(self.s_type == _OTHER).tolist():
+            rng = self._stream(j)
+            s_neg[j] = self._one_set(self.s.negatives, j, self.pos[j, :npos], (), rng)
+            left[j] = rng.bit_generator.state
+        # the query: fast sets from the candidates left, or drawn where an exact pool left off
+        fast_q = np.flatnonzero((self.q_type != _OTHER) & ok)
+        cand_q = np.empty((len(fast_q), _SPECULATE), np.int64)
+        at_q = np.zeros(len(fast_q), np.int64)
+        for row, j in enumerate(fast_q.tolist()):
+            if isinstance(left[j], dict):
+                cand_q[row] = self._stream(j, left[j]).integers(0, self.n, _SPECULATE)
+            else:
+                cand_q[row], at_q[row] = cand[left[j][0]], left[j][1]
+        q_neg[fast_q], _, ok[fast_q] = self._set(fast_q, cand_q, at_q, "q", s_neg[fast_q])
+        for j in np.flatnonzero((self.q_type == _OTHER) & ok).tolist():
+            place = left[j] if isinstance(left[j], dict) else left[j][1]
+            rng = self._stream(j, place)
+            q_neg[j] = self._one_set(self.s._query_kind, j, self.pos[j, npos:], s_neg[j], rng)
+        for j in np.flatnonzero(~ok).tolist():  # rounds that outran the candidates
             got = self.s._both_negatives(self.idx[j], int(self.h[j]), self.pos[j])
             s_neg[j], q_neg[j] = got[0], got[2]
         return s_neg, q_neg
 
-    def _set(self, eps, cand, at, used, which):
+    def _candidates(self, eps: np.ndarray) -> np.ndarray:
+        """(F, `_SPECULATE`) the first candidates of the fresh negatives stream of `eps`."""
+        cand = np.empty((len(eps), _SPECULATE), np.int64)
+        for row, j in enumerate(eps.tolist()):
+            cand[row] = self._stream(j).integers(0, self.n, _SPECULATE)
+        return cand
+
+    def _stream(self, j: int, where=None) -> np.random.Generator:
+        """Episode j's negatives stream: fresh, or at a saved state, or past the first `where`
+        candidates."""
+        rng = self.s._streams[1].rng(self.idx[j])
+        if isinstance(where, dict):
+            rng.bit_generator.state = where
+        elif where is not None:
+            rng.integers(0, self.n, where)
+        return rng
+
+    def _one_set(self, kind, j, positives, negatives, rng) -> np.ndarray:
+        """One set's negatives by the sampler's own code (`EpisodeSampler._negatives`),
+        the episode's positives and `negatives` (the support's) used."""
+        used = set(self.pos[j].tolist()) | set(np.asarray(negatives).tolist())
+        h = int(self.h[j])
+        return self.s._negatives(kind, h, self.s.bank.truth_words[h], positives, used, rng)[0]
+
+    def _set(self, eps, cand, at, which, support=None):
         """((F, k) negatives, (F,) where the next set's candidates start, (F,) whether
-        found within the candidates) of one set of the episodes `eps` (a set that is not
-        found leaves -1s)."""
+        found within the candidates) of the support (`which` ``s``) or query set (``q``,
+        the `support` negatives used) of the episodes `eps` (a set not found: -1s)."""
+        used = self.pos[eps] if support is None else np.concatenate([self.pos[eps], support], 1)
         types = self.s_type if which == "s" else self.q_type
         alt = self.s_alt if which == "s" else self.q_alt
         got = np.full((len(eps), self.k), -1)
