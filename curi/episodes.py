@@ -285,11 +285,15 @@ class EpisodeSampler:
 
     def _positives(self, i: int) -> tuple[int, np.ndarray]:
         """(concept, its 2 x num_positives positives: support then query) of episode i."""
+        h, ranks = self._positive_ranks(i)
+        return h, select_bits(self.bank.truth_words[h], ranks, cum=self._cum_of(h))
+
+    def _positive_ranks(self, i: int) -> tuple[int, np.ndarray]:
+        """(concept, the ranks of episode i's positives among the concept's scenes)."""
         rng = self._streams[0].rng(i)
         k = min(bisect.bisect_right(self._cum_list, rng.random()), len(self._cum_list) - 1)
         h = int(self.concepts[k])
-        ranks = _distinct(rng, int(self.bank.counts[h]), 2 * self.num_positives)
-        return h, select_bits(self.bank.truth_words[h], ranks, cum=self._cum_of(h))
+        return h, _distinct(rng, int(self.bank.counts[h]), 2 * self.num_positives)
 
     def _both_negatives(self, i: int, h: int, pos: np.ndarray) -> tuple:
         """(support negatives, support alternates, query negatives, query alternates) of

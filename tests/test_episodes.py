@@ -397,3 +397,25 @@ def test_stacked_episodes_equal_one_by_one(
     assert s.stacked(5, 5)["support_ids"].shape == (0, s.num_positives + s.num_negatives)
     with pytest.raises(IndexError):
         s.stacked(0, len(s) + 1)
+
+
+def test_select_of_many_rows_equals_select_bits():
+    """`episode_batch._select` (every episode's ranks at once) equals `select_bits` row by
+    row: full words, a lone bit in the last word, the first and last ranks of a row."""
+    from types import SimpleNamespace
+
+    from curi.bits import select_bits
+    from curi.episode_batch import _select
+
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 2**63, (5, 7), dtype=np.int64).astype(np.uint64) << np.uint64(1)
+    words[0] = np.uint64(2**64 - 1)
+    words[1] = 0
+    words[1, -1] = np.uint64(1 << 63)
+    cums = {h: np.bitwise_count(words[h]).cumsum(dtype=np.int32) for h in range(5)}
+    sampler = SimpleNamespace(bank=SimpleNamespace(truth_words=words), _cum_of=cums.__getitem__)
+    h = np.array([0, 1, 2, 3, 4, 2, 0])
+    ranks = np.stack([rng.integers(0, cums[c][-1], 6) for c in h.tolist()])
+    ranks[:, 0], ranks[:, 1] = 0, [cums[c][-1] - 1 for c in h.tolist()]
+    want = np.stack([select_bits(words[c], r) for c, r in zip(h.tolist(), ranks, strict=True)])
+    np.testing.assert_array_equal(_select(sampler, h, ranks), want)
