@@ -83,25 +83,27 @@ def select_bits(row: np.ndarray, ranks: np.ndarray, *, cum: np.ndarray | None = 
     Args:
         row: (W,) uint64 words.
         ranks: (K,) ranks.
-        cum: ``np.cumsum(np.bitwise_count(row), dtype=np.int64)`` when the caller has it
-            already (it needs the row's popcount first, as episodes do).
+        cum: ``np.cumsum(np.bitwise_count(row))`` (int64, or int32 when the row's popcount
+            fits) when the caller has it already (it needs the row's popcount first, as
+            episodes do).
 
     Raises:
         ValueError: a rank is not below the row's popcount.
     """
     ranks = np.asarray(ranks, dtype=np.int64)
     if cum is None:
-        cum = np.cumsum(np.bitwise_count(row), dtype=np.int64)
+        cum = np.bitwise_count(row).cumsum(dtype=np.int64)
     listed = ranks.tolist()  # (a few ranks: Python's min and max beat two reductions)
     if listed and (min(listed) < 0 or max(listed) >= (int(cum[-1]) if cum.size else 0)):
         raise ValueError("rank out of range of the row's set bits")
-    word = np.searchsorted(cum, ranks, side="right")
+    # (methods, not np.* wrappers; ranks in cum's dtype: an int32 cum is searched uncopied)
+    word = cum.searchsorted(ranks.astype(cum.dtype, copy=False), side="right")
     words = row[word]
     # the set bits of all the chosen words in one list, word after word: the bit of rank r in
     # word j (r counted over the whole row) is entry r - (bits of the row before word j)
     # + (bits of the chosen words before j)
-    at = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little").view(bool))
-    before_chosen = np.cumsum(np.bitwise_count(words), dtype=np.int64)
+    at = np.unpackbits(words.view(np.uint8), bitorder="little").view(bool).nonzero()[0]
+    before_chosen = np.bitwise_count(words).cumsum(dtype=np.int64)
     return word * 64 + (at[ranks - cum[word] + before_chosen] & 63)
 
 

@@ -32,7 +32,7 @@ _BATCH = 64  # candidate scenes per rejection round
 _MAX_ROUNDS = 64
 _MATCH_ROUNDS = 8  # rejection rounds of a matched draw before it tests every scene of its key
 _BIT = (1 << np.arange(8)).astype(np.uint8)  # bit s of a row is bit s % 8 of byte s // 8
-_CACHE_BYTES = 1 << 23  # the cumulative popcounts of concepts' rows a sampler keeps
+_CACHE_BYTES = 1 << 25  # the cumulative popcounts of concepts' rows a sampler keeps (int32)
 
 
 @dataclass(frozen=True)
@@ -248,24 +248,13 @@ class EpisodeSampler:
         i = int(i)
         if not 0 <= i < self.size:
             raise IndexError(f"episode {i} out of range [0, {self.size})")
-        bank, npos = self.bank, self.num_positives
-        rng = self._streams[0].rng(i)
-        k = min(bisect.bisect_right(self._cum_list, rng.random()), len(self._cum_list) - 1)
-        h = int(self.concepts[k])
-        row = np.asarray(bank.truth_words[h])
-        pos = select_bits(row, _distinct(rng, int(bank.counts[h]), 2 * npos), cum=self._cum_of(h))
-        s_pos, q_pos = pos[:npos], pos[npos:]
-
-        neg_rng = self._streams[1].rng(i)
-        used = set(pos.tolist())
-        s_neg, s_alt = self._negatives(self.negatives, h, row, s_pos, used, neg_rng)
-        used.update(s_neg.tolist())
-        q_kind = self.query_negatives if self.query_negatives != "random" else "easy"
-        q_neg, q_alt = self._negatives(q_kind, h, row, q_pos, used, neg_rng)
-        s_ids, q_ids = np.concatenate([s_pos, s_neg]), np.concatenate([q_pos, q_neg])
+        h, pos = self._positives(i)
+        s_neg, s_alt, q_neg, q_alt = self._both_negatives(i, h, pos)
+        npos = self.num_positives
+        s_ids = np.concatenate([pos[:npos], s_neg])
+        q_ids = np.concatenate([pos[npos:], q_neg])
         if self.shuffle:  # its own stream: the draws above are those of shuffle=False
-            order_rng = self._streams[2].rng(i)
-            s_perm, q_perm = order_rng.permutation(len(s_ids)), order_rng.permutation(len(q_ids))
+            s_perm, q_perm = self._orders(i)
             s_ids, s_lab = s_ids[s_perm], self._labels[s_perm]
             q_ids, q_lab = q_ids[q_perm], self._labels[q_perm]
         else:
@@ -273,25 +262,70 @@ class EpisodeSampler:
         return Episode(
             index=i,
             concept=h,
-            concept_text=bank.concepts[h],
+            concept_text=self.bank.concepts[h],
             support_ids=s_ids,
             support_labels=s_lab,
             query_ids=q_ids,
             query_labels=q_lab,
             support_alternates=s_alt,
             query_alternates=q_alt,
-            bank=bank,
+            bank=self.bank,
         )
+
+    def stacked(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Episodes [start, stop) as arrays: ``concept`` (E,), ``support_ids``,
+        ``support_labels`` (E, S), ``query_ids``, ``query_labels`` (E, Q), equal to stacking
+        ``self[i]``'s, built many at a time (`curi.episode_batch`: the negatives drawn from
+        the same streams, found for all episodes together)."""
+        from curi.episode_batch import stacked_episodes
+
+        if not 0 <= start <= stop <= self.size:
+            raise IndexError(f"episodes [{start}, {stop}) out of range [0, {self.size})")
+        return stacked_episodes(self, start, stop)
+
+    def _positives(self, i: int) -> tuple[int, np.ndarray]:
+        """(concept, its 2 x num_positives positives: support then query) of episode i."""
+        h, ranks = self._positive_ranks(i)
+        return h, select_bits(self.bank.truth_words[h], ranks, cum=self._cum_of(h))
+
+    def _positive_ranks(self, i: int) -> tuple[int, np.ndarray]:
+        """(concept, the ranks of episode i's positives among the concept's scenes)."""
+        rng = self._streams[0].rng(i)
+        k = min(bisect.bisect_right(self._cum_list, rng.random()), len(self._cum_list) - 1)
+        h = int(self.concepts[k])
+        return h, _distinct(rng, int(self.bank.counts[h]), 2 * self.num_positives)
+
+    def _both_negatives(self, i: int, h: int, pos: np.ndarray) -> tuple:
+        """(support negatives, support alternates, query negatives, query alternates) of
+        episode i, from its negatives' stream."""
+        npos, row = self.num_positives, self.bank.truth_words[h]
+        neg_rng = self._streams[1].rng(i)
+        used = set(pos.tolist())
+        s_neg, s_alt = self._negatives(self.negatives, h, row, pos[:npos], used, neg_rng)
+        used.update(s_neg.tolist())
+        q_neg, q_alt = self._negatives(self._query_kind, h, row, pos[npos:], used, neg_rng)
+        return s_neg, s_alt, q_neg, q_alt
+
+    @property
+    def _query_kind(self) -> str:
+        """The kind of negatives of the query set (``random``: ``easy``)."""
+        return self.query_negatives if self.query_negatives != "random" else "easy"
+
+    def _orders(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The permutations that shuffle episode i's support and query sets."""
+        order_rng = self._streams[2].rng(i)
+        n = self.num_positives + self.num_negatives
+        return order_rng.permutation(n), order_rng.permutation(n)
 
     def _cum_of(self, h: int) -> np.ndarray:
         """The cumulative popcount of concept h's row (`select_bits`), kept for the next
         episode of h (a split's concepts recur thousands of times in a sampler's episodes)."""
         cum = self._cums.get(h)
         if cum is None:
-            if (len(self._cums) + 1) * 8 * self.bank.truth_words.shape[1] > _CACHE_BYTES:
+            if (len(self._cums) + 1) * 4 * self.bank.truth_words.shape[1] > _CACHE_BYTES:
                 self._cums.clear()
-            row = self.bank.truth_words[h]
-            cum = self._cums[h] = np.cumsum(np.bitwise_count(row), dtype=np.int64)
+            dtype = np.int32 if self.bank.num_scenes < 2**31 else np.int64  # half the bytes
+            cum = self._cums[h] = np.bitwise_count(self.bank.truth_words[h]).cumsum(dtype=dtype)
         return cum
 
     # --- negatives --------------------------------------------------------------------------

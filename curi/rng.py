@@ -33,6 +33,7 @@ def derive_rng(seed: int, purpose: str, *index: int) -> np.random.Generator:
 _M32, _M128 = 0xFFFFFFFF, (1 << 128) - 1
 _PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341  # PCG64's 128-bit multiplier
 _LOCAL = threading.local()  # one reusable generator per stream slot and thread
+_BLOCK = 256  # states computed at once for indices read in order
 
 
 def _hash_consts(init: int, mult: int, n: int) -> list[tuple[int, int]]:
@@ -65,6 +66,8 @@ class DerivedStream:
 
     def __init__(self, seed: int, purpose: str, slot: str):
         self.seed, self.purpose, self.slot = seed, purpose, slot
+        self._block: tuple[int, list] = (0, [])  # (first index, the states from it on)
+        self._last = -2  # the last index whose state was computed alone
         if seed > _M32:  # several entropy words: leave it to SeedSequence
             return
         h = _MIX_HASHES
@@ -105,14 +108,56 @@ class DerivedStream:
         # pcg_setseq_128_srandom_r: state 0, step, add the seed, step
         return ((inc + seed) * _PCG_MULT + inc) & _M128, inc
 
+    def _states(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """`_state` of every i in [start, stop), its 32-bit hashing done on arrays at once (the
+        same integer operations, wrapping mod 2**64 and then masked as `_state` masks)."""
+        i = np.arange(start, stop, dtype=np.uint64)
+        m32 = np.uint64(_M32)
+
+        def hashed(v, x, a):
+            v = ((v ^ np.uint64(x)) * np.uint64(a)) & m32
+            return v ^ (v >> np.uint64(16))
+
+        def mixed(d, s):
+            r = (np.uint64(0xCA01F9DD) * d - np.uint64(0x4973F715) * s) & m32
+            return r ^ (r >> np.uint64(16))
+
+        m = [np.full_like(i, self._pool[0]), np.full_like(i, self._pool[1])]
+        m += [hashed(i, *_MIX_HASHES[2]), np.full_like(i, self._pool[2])]
+        for c in self._c2:
+            m[2] = mixed(m[2], np.uint64(c))
+        for src, dst, x, a in self._steps:
+            m[dst] = mixed(m[dst], hashed(m[src], x, a))
+        w = [hashed(m[k & 3], x, a).tolist() for k, (x, a) in enumerate(_OUT_HASHES)]
+        out = []
+        for w0, w1, w2, w3, w4, w5, w6, w7 in zip(*w, strict=True):
+            seed = (w0 | w1 << 32) << 64 | w2 | w3 << 32
+            inc = ((((w4 | w5 << 32) << 64 | w6 | w7 << 32) << 1) | 1) & _M128
+            out.append((((inc + seed) * _PCG_MULT + inc) & _M128, inc))
+        return out
+
+    def _state_of(self, i: int) -> tuple[int, int]:
+        """`_state(i)`, from a block of `_BLOCK` states computed at once when i follows the
+        last index asked for (episodes are mostly read in order), else alone."""
+        start, states = self._block
+        if start <= i < start + len(states):
+            return states[i - start]
+        follows = i in (self._last + 1, start + len(states))
+        self._last = i
+        if not follows:
+            return self._state(i)
+        self._block = (i, self._states(i, min(i + _BLOCK, _M32 + 1)))
+        return self._block[1][0]
+
     def rng(self, i: int) -> np.random.Generator:
+        """A generator that draws what ``derive_rng(seed, purpose, i)`` draws."""
         if self.seed > _M32 or i > _M32:
             return derive_rng(self.seed, self.purpose, i)
         gens = _LOCAL.__dict__.setdefault("gens", {})
         gen = gens.get(self.slot)
         if gen is None:
             gen = gens[self.slot] = np.random.Generator(np.random.PCG64(0))
-        state, inc = self._state(i)
+        state, inc = self._state_of(i)
         gen.bit_generator.state = {
             "bit_generator": "PCG64",
             "state": {"state": state, "inc": inc},

@@ -12,7 +12,7 @@ from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import _CELL_MAX_GROUPS, _MAX_CELLS, _NIBBLE_BITS
 from curi.posterior import Posteriors
 
-__all__ = ["oracle_aps"]
+__all__ = ["oracle_aps", "random_aps"]
 
 _EPISODE_SHIFT = 42  # episode << 42 | rint(score * 1e12): scores lie in [0, ~1], under 2**41
 
@@ -40,6 +40,22 @@ def oracle_aps(
     rest = np.setdiff1d(np.flatnonzero(g.count > 0), few[fits])
     out[rest] = _by_scores(ev, g, rest, concepts[rest], labels[rest])
     return out
+
+
+def random_aps(picks: list[np.ndarray], m: int) -> np.ndarray:
+    """(E,) `metrics.random_average_precision` of each episode from what it drew: its
+    positives' ranks less 1 (``rng.choice(m, n_pos, replace=False)``), all episodes sorted at
+    once (a mask of E x m) and each mean summed as `np.mean` sums it (NaN without positives)."""
+    lengths = np.array([len(p) for p in picks], np.int64)
+    owner = np.repeat(np.arange(len(picks)), lengths)
+    mask = np.zeros(len(picks) * m, bool)
+    mask[owner * m + np.concatenate([np.zeros(0, np.int64), *picks])] = True
+    ranked = np.flatnonzero(mask)  # episode by episode, ranks ascending
+    start = np.cumsum(lengths) - lengths
+    place = np.arange(len(ranked)) - np.repeat(start, lengths) + 1  # 1..n_pos per episode
+    terms = place / (ranked - owner * m + 1)
+    with np.errstate(invalid="ignore"):
+        return _segment_sums(terms, owner, len(picks)) / lengths
 
 
 class _Groups:

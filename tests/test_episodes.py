@@ -235,6 +235,24 @@ def test_streams_match_derive_rng():
                 np.testing.assert_array_equal(a, derive_rng(seed, purpose, i).integers(0, 2**63, 4))
 
 
+def test_streams_read_in_order_match_derive_rng():
+    """Indices read in order take their states from blocks computed at once (`_states`):
+    across a block's end, after a jump, and at the last 32-bit index."""
+    from curi.rng import _BLOCK, DerivedStream, derive_rng
+
+    for seed in (0, 2**32 - 1):
+        stream = DerivedStream(seed, "negatives:x:hard", "test")
+        order = [*range(_BLOCK + 3), 7, 8, 9, 2**32 - 2, 2**32 - 1, 2**32, 5]
+        for i in order:
+            a = stream.rng(i).integers(0, 2**63, 2)
+            np.testing.assert_array_equal(
+                a, derive_rng(seed, "negatives:x:hard", i).integers(0, 2**63, 2)
+            )
+        assert stream._states(2**32 - 3, 2**32) == [
+            stream._state(i) for i in range(2**32 - 3, 2**32)
+        ]
+
+
 def test_bit_helpers_against_unpacking():
     from curi.bits import select_bits, set_bits
 
@@ -313,3 +331,91 @@ def test_matched_negatives(tiny_bank, dense, hard, kind):
 def test_matched_sampler_name_is_checked(tiny_bank):
     with pytest.raises(ConfigError, match="negative_sampler must be one of"):
         EpisodeSampler(tiny_bank, "concept_iid", "test", negative_sampler="matched_counts")
+
+
+@pytest.mark.parametrize(
+    "split, subset, negatives, seed, kw, most_alternates, speculate, own",
+    [
+        ("concept_iid", "train", "hard", 3, {}, 32, 384, "some"),
+        ("concept_iid", "train", "hard", 3, {}, 3, 384, "some"),  # pools by rejection too
+        ("concept_iid", "train", "hard", 3, {}, 3, 64, "some"),  # rounds outrun the candidates
+        ("concept_iid", "test", "easy", 0, {}, 32, 384, "none"),
+        ("concept_iid", "test", "easy", 0, {}, 32, 60, "all"),
+        ("instance_iid", "train", "hard", 5, {"query_negatives": "random"}, 5, 384, "some"),
+        ("binding_color", "val", "hard", 2**40, {"shuffle": False}, 4, 384, "some"),
+        (
+            "concept_iid",
+            "train",
+            "hard",
+            7,
+            {"num_positives": 3, "num_negatives": 30},
+            8,
+            384,
+            "some",
+        ),
+        ("concept_iid", "train", "easy", 1, {"negative_sampler": "matched"}, 32, 384, "all"),
+    ],
+)
+def test_stacked_episodes_equal_one_by_one(
+    tiny_bank,
+    dense,
+    monkeypatch,
+    split,
+    subset,
+    negatives,
+    seed,
+    kw,
+    most_alternates,
+    speculate,
+    own,
+):
+    """`EpisodeSampler.stacked` (the negatives' rounds run for all episodes together) gives
+    the episodes of ``sampler[i]`` and of the plain sampler, whichever path each set takes;
+    `own`: how many of the 120 sets the sampler's own code draws (exact pools, rounds that
+    outrun the candidates, the matched sampler), so the batched path is tested, not skipped."""
+    from curi import episode_batch
+
+    monkeypatch.setattr(episodes, "_EXACT_MAX_ALTERNATES", most_alternates)
+    monkeypatch.setattr(episode_batch, "_SPECULATE", speculate)
+    s = EpisodeSampler(tiny_bank, split, subset, negatives, seed=seed, **kw)
+    sets, plain = [], EpisodeSampler._negatives  # the sets the sampler's own code draws
+    monkeypatch.setattr(
+        EpisodeSampler, "_negatives", lambda self, *a: sets.append(a[1]) or plain(self, *a)
+    )
+    got = s.stacked(3, 63)
+    monkeypatch.setattr(EpisodeSampler, "_negatives", plain)
+    assert {"none": not sets, "all": len(sets) == 120, "some": 0 < len(sets) < 120}[own]
+    for j, i in enumerate(range(3, 63)):
+        e = s[i]
+        one = (e.concept, e.support_ids, e.support_labels, e.query_ids, e.query_labels)
+        keys = ("concept", "support_ids", "support_labels", "query_ids", "query_labels")
+        for a, k in zip(one, keys, strict=True):
+            np.testing.assert_array_equal(got[k][j], a)
+            assert got[k].dtype == np.asarray(a).dtype
+        if not s._matched:
+            np.testing.assert_array_equal(got["support_ids"][j], _plain_episode(s, dense, i)[1])
+    assert s.stacked(5, 5)["support_ids"].shape == (0, s.num_positives + s.num_negatives)
+    with pytest.raises(IndexError):
+        s.stacked(0, len(s) + 1)
+
+
+def test_select_of_many_rows_equals_select_bits():
+    """`episode_batch._select` (every episode's ranks at once) equals `select_bits` row by
+    row: full words, a lone bit in the last word, the first and last ranks of a row."""
+    from types import SimpleNamespace
+
+    from curi.bits import select_bits
+    from curi.episode_batch import _select
+
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 2**63, (5, 7), dtype=np.int64).astype(np.uint64) << np.uint64(1)
+    words[0] = np.uint64(2**64 - 1)
+    words[1] = 0
+    words[1, -1] = np.uint64(1 << 63)
+    cums = {h: np.bitwise_count(words[h]).cumsum(dtype=np.int32) for h in range(5)}
+    sampler = SimpleNamespace(bank=SimpleNamespace(truth_words=words), _cum_of=cums.__getitem__)
+    h = np.array([0, 1, 2, 3, 4, 2, 0])
+    ranks = np.stack([rng.integers(0, cums[c][-1], 6) for c in h.tolist()])
+    ranks[:, 0], ranks[:, 1] = 0, [cums[c][-1] - 1 for c in h.tolist()]
+    want = np.stack([select_bits(words[c], r) for c, r in zip(h.tolist(), ranks, strict=True)])
+    np.testing.assert_array_equal(_select(sampler, h, ranks), want)

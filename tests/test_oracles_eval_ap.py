@@ -2,6 +2,8 @@
 posterior scored alone (`curi.oracles.metrics.oracle_average_precision`), on every path: no
 consistent hypothesis, few groups (cells), too many cells, many groups (scene scores)."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -57,3 +59,20 @@ def test_batched_aps_in_small_batches(tiny_bank, episodes, monkeypatch):
     whole = oracle_aps(ev, concepts, post, groups)
     monkeypatch.undo()
     assert oracle_aps(ev, concepts, post, groups).tobytes() == whole.tobytes()
+
+
+def test_random_aps_equal_one_by_one():
+    """`random_aps` from each episode's draws equals `metrics.random_average_precision`
+    episode by episode, to the bits: lengths about the pairwise sum's blocks (8, 128), every
+    scene positive, and none (NaN)."""
+    from curi.oracles.eval_ap import random_aps
+
+    m, sizes = 3000, [1, 2, 7, 8, 9, 127, 128, 129, 257, 1000, 3000, 0, 5]
+    sizes += np.random.default_rng(0).integers(1, m, 40).tolist()
+    ref, picks = [], []
+    for k, n in enumerate(sizes):
+        with warnings.catch_warnings():  # the mean of no positives: NaN, with a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref.append(metrics.random_average_precision(np.random.default_rng(k), n, m))
+        picks.append(np.random.default_rng(k).choice(m, size=n, replace=False))
+    np.testing.assert_array_equal(random_aps(picks, m), ref)

@@ -61,13 +61,13 @@ def test_rows_scored_in_chunks_equal_rows_scored_whole(tiny_bank, monkeypatch):
     posteriors and random-oracle draws taken where the whole row would take them, the AP
     caches of a process reused across its chunks, and emptied when full) equals the row
     scored in one piece."""
-    from curi.oracles import gap
+    from curi.oracles import gap, gap_oracles
 
     kw = dict(episodes=45, divergences=False, progress=False)
     splits, negatives = ["instance_iid", "binding_color"], ["hard", "easy"]
     whole = compositionality_gap(tiny_bank, splits, negatives, workers=1, **kw)
     monkeypatch.setattr(gap, "CHUNK", 7)
-    monkeypatch.setattr(gap, "_MAX_CACHED_APS", 3)  # full after a chunk: emptied at the next
+    monkeypatch.setattr(gap_oracles, "_MAX_CACHED_APS", 3)  # full after a chunk: emptied next
     chunked = compositionality_gap(tiny_bank, splits, negatives, workers=2, **kw)
     timing = {"seconds", "stage_seconds"}
     assert [{k: v for k, v in r.items() if k not in timing} for r in chunked] == [
