@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-__all__ = ["Interrupted", "handling", "stop_on_signals"]
+__all__ = ["Interrupted", "handling", "stop_on_signals", "worker_signals"]
 
 
 class Interrupted(SystemExit):
@@ -69,3 +69,14 @@ def stop_on_signals(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) ->
 
     with handling(signals, stop):
         yield
+
+
+def worker_signals() -> None:
+    """In a worker process (a pool's initializer): Ctrl-C ignored, since it reaches the whole
+    process group and the parent alone answers it (and ends the workers), and SIGTERM's
+    default, so a pool's ``terminate()`` (which leaving ``with Pool(...)`` calls) ends the
+    worker. A worker forked inside `stop_on_signals` would otherwise inherit its handler and
+    raise `Interrupted` wherever SIGTERM found it, holding the pool's queue lock even, which
+    left the other workers and the parent waiting (seen once in a bank build)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from curi.oracles.oracle import Oracle
 from curi.posterior import LIKELIHOODS
 from curi.prior import PRIORS
 from curi.rng import DerivedStream
+from curi.signals import worker_signals
 from curi.splits import PAPER_SPLITS, Split, make_split
 
 MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
@@ -385,8 +385,7 @@ def _init_worker(jobs: _GapJobs) -> None:
     workers); SIGTERM ends a worker as it would end any process."""
     global _worker_jobs
     _worker_jobs = jobs
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    worker_signals()
 
 
 def _run_in_worker(task: tuple):

@@ -35,6 +35,7 @@ from curi.export.parts import (
 )
 from curi.machine import available_cores
 from curi.renderers.base import Renderer
+from curi.signals import worker_signals
 
 __all__ = [
     "MAX_WORKERS",
@@ -415,6 +416,7 @@ def _start_worker(renderer: Renderer, parent: int) -> None:
     `_keep_freed_memory` allocator, and its end with its parent's (`_die_with_parent`)."""
     global _RENDERER
     _RENDERER = renderer
+    worker_signals()
     torch.set_num_threads(1)
     _keep_freed_memory()
     _die_with_parent(parent)

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 from curi.signals import Interrupted, handling, stop_on_signals
@@ -54,3 +55,22 @@ def test_an_ignored_signal_stays_ignored():
         assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGUSR2, before)
+
+
+def _handlers_of_worker(task):
+    """A stand-in for a bank build's chunk: (counts, keep, rows) whose counts say whether this
+    worker ignores SIGINT and takes SIGTERM's default."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    return np.array([int(ignored), int(default)]), np.zeros(0, np.int64), None
+
+
+def test_pool_workers_forked_in_a_stop_block_leave_the_signals_to_the_parent(monkeypatch):
+    """A pool's terminate() (leaving ``with Pool``) sends its workers SIGTERM: a worker that
+    inherited `stop_on_signals`' handler raised wherever it was (a bank build hung once)."""
+    from curi import bank_build
+
+    monkeypatch.setattr(bank_build, "_execute_chunk", _handlers_of_worker)
+    with stop_on_signals():
+        counts, _ = bank_build._run_execution(["x"] * 2000, None, 0, 1, 2, False)
+    assert len(counts) == 8 and counts.all()
