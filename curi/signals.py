@@ -6,6 +6,7 @@ kept. Training's `curi.models.runtime.StopSignals` asks for a stop through `hand
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -73,10 +74,18 @@ def stop_on_signals(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) ->
 
 def worker_signals() -> None:
     """In a worker process (a pool's initializer): Ctrl-C ignored, since it reaches the whole
-    process group and the parent alone answers it (and ends the workers), and SIGTERM's
-    default, so a pool's ``terminate()`` (which leaving ``with Pool(...)`` calls) ends the
-    worker. A worker forked inside `stop_on_signals` would otherwise inherit its handler and
-    raise `Interrupted` wherever SIGTERM found it, holding the pool's queue lock even, which
-    left the other workers and the parent waiting (seen once in a bank build)."""
+    process group and the parent alone answers it (and ends the workers), and SIGTERM ends the
+    worker at once, so a pool's ``terminate()`` (which leaving ``with Pool(...)`` calls) ends
+    it. A worker forked inside `stop_on_signals` would otherwise inherit its handler and raise
+    `Interrupted` wherever SIGTERM found it, even holding the pool's queue lock, leaving the
+    other workers and the parent waiting (seen once in a bank build). The SIGTERM handler is a
+    function, not ``SIG_DFL``: a SIGTERM that arrived before this ran (a pool ended while a
+    worker starts) is still pending for Python, which drops it when the handler it finds is
+    not callable, so the worker would live on and the pool's ``join`` wait for ever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, _exit_now)
+
+
+def _exit_now(signum: int, frame) -> None:
+    """End this process at once, with the status of a process ended by `signum`."""
+    os._exit(128 + signum)
