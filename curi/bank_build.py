@@ -28,7 +28,7 @@ from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
 from curi.rng import derive_rng
 from curi.scenes import sample_scenes
-from curi.signals import worker_signals
+from curi.signals import worker_pool
 
 __all__ = ["build_into"]
 
@@ -202,7 +202,7 @@ def _run_execution(texts: list[str], bs: BitScenes, lo: int, hi: int, workers: i
     counts, kept = [], []
     try:
         if workers > 1 and len(tasks) > 1:
-            with mp.get_context("fork").Pool(workers, initializer=worker_signals) as pool:
+            with worker_pool(mp.get_context("fork"), workers) as pool:
                 results = pool.imap(_execute_chunk, tasks)
                 for i, (c, keep, rows) in enumerate(results):
                     counts.append(c)

@@ -6,13 +6,14 @@ kept. Training's `curi.models.runtime.StopSignals` asks for a stop through `hand
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from multiprocessing.context import BaseContext
+from multiprocessing.pool import Pool
 
-__all__ = ["Interrupted", "handling", "stop_on_signals", "worker_signals"]
+__all__ = ["Interrupted", "handling", "stop_on_signals", "worker_pool", "worker_signals"]
 
 
 class Interrupted(SystemExit):
@@ -73,19 +74,34 @@ def stop_on_signals(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) ->
 
 
 def worker_signals() -> None:
-    """In a worker process (a pool's initializer): Ctrl-C ignored, since it reaches the whole
-    process group and the parent alone answers it (and ends the workers), and SIGTERM ends the
-    worker at once, so a pool's ``terminate()`` (which leaving ``with Pool(...)`` calls) ends
-    it. A worker forked inside `stop_on_signals` would otherwise inherit its handler and raise
+    """In a worker process (a pool's initializer, as `worker_pool` sets it): Ctrl-C ignored,
+    since it reaches the whole process group and the parent alone answers it (and ends the
+    workers), and SIGTERM's default action, so a pool's ``terminate()`` ends the worker. A
+    worker forked inside `stop_on_signals` would otherwise inherit its handler and raise
     `Interrupted` wherever SIGTERM found it, even holding the pool's queue lock, leaving the
-    other workers and the parent waiting (seen once in a bank build). The SIGTERM handler is a
-    function, not ``SIG_DFL``: a SIGTERM that arrived before this ran (a pool ended while a
-    worker starts) is still pending for Python, which drops it when the handler it finds is
-    not callable, so the worker would live on and the pool's ``join`` wait for ever."""
+    other workers and the parent waiting (seen once in a bank build)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _exit_now)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _exit_now(signum: int, frame) -> None:
-    """End this process at once, with the status of a process ended by `signum`."""
-    os._exit(128 + signum)
+@contextmanager
+def worker_pool(context: BaseContext, workers: int, **options) -> Iterator[Pool]:
+    """``context.Pool(workers, initializer=worker_signals, **options)`` for a block: when the
+    block ends normally the workers are told to finish (``close``) and awaited, so no signal is
+    needed; when it raises (an error, `Interrupted`), they are ended (``terminate``). Leaving
+    ``with Pool(...)`` terminates them in both cases, and a SIGTERM that reaches a worker
+    still starting (its work done by the others) is lost: Python clears signals caught between
+    ``fork`` and its own re-initialisation in the child, which then waits for ever, and so
+    does the pool's ``join`` (a CI run hung so)."""
+    if "initializer" not in options:
+        options["initializer"] = worker_signals
+    pool = context.Pool(workers, **options)
+    try:
+        yield pool
+    except BaseException:
+        pool.terminate()
+        raise
+    else:
+        pool.close()
+    finally:
+        pool.join()

@@ -42,7 +42,7 @@ from curi.oracles.oracle import Oracle
 from curi.posterior import LIKELIHOODS
 from curi.prior import PRIORS
 from curi.rng import DerivedStream
-from curi.signals import worker_signals
+from curi.signals import worker_pool, worker_signals
 from curi.splits import PAPER_SPLITS, Split, make_split
 
 MAX_GAP_EPISODES = 10**7  # test episodes per (split, negatives); paper: 20,000
@@ -416,7 +416,7 @@ def _run_jobs(jobs: _GapJobs, tasks: list, workers: int, table: _Table, progress
             collect(map(jobs, tasks))
             return
         ctx = mp.get_context("fork")
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(jobs,)) as pool:
+        with worker_pool(ctx, workers, initializer=_init_worker, initargs=(jobs,)) as pool:
             collect(pool.imap_unordered(_run_in_worker, tasks))
 
 

@@ -11,7 +11,6 @@ import time
 import numpy as np
 import pytest
 
-import curi.signals
 from curi.signals import Interrupted, handling, stop_on_signals
 
 
@@ -61,18 +60,19 @@ def test_an_ignored_signal_stays_ignored():
 
 def _handlers_of_worker(task):
     """A stand-in for a bank build's chunk: (counts, keep, rows) whose counts say whether this
-    worker ignores SIGINT and ends at once on SIGTERM."""
+    worker ignores SIGINT and takes SIGTERM's default action."""
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    ends = signal.getsignal(signal.SIGTERM) is curi.signals._exit_now
+    ends = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     return np.array([int(ignored), int(ends)]), np.zeros(0, np.int64), None
 
 
 def test_pool_workers_forked_in_a_stop_block_leave_the_signals_to_the_parent(monkeypatch):
-    """A pool's terminate() (leaving ``with Pool``) sends its workers SIGTERM: a worker that
-    inherited `stop_on_signals`' handler raised wherever it was (a bank build hung once), and
-    one whose SIGTERM was pending when its initializer set ``SIG_DFL`` lived on (Python drops
-    a pending signal whose handler is not callable), so the pool's join waited for ever. The
-    pool runs in a thread here, so that a hang fails the test instead of stopping the run."""
+    """A pool's terminate() sends its workers SIGTERM: a worker that inherited
+    `stop_on_signals`' handler raised wherever it was (a bank build hung once), and a worker
+    still starting when its pool's work was done lost the signal (Python clears signals caught
+    before its re-initialisation after fork), so the pool's join waited for ever; `worker_pool`
+    closes a pool whose work is done instead. The pools run in a thread here, so that a hang
+    fails the test instead of stopping the run."""
     from curi import bank_build
 
     monkeypatch.setattr(bank_build, "_execute_chunk", _handlers_of_worker)
