@@ -25,7 +25,7 @@ from curi.models.lm.prompt import (
 )
 from curi.models.lm.prompt import scene_texts as _scene_texts
 from curi.models.lm.task import FORMAT, MANIFEST, TaskFiles, replacing, write_table
-from curi.models.lm.task_yaml import Flow, Function, dump
+from curi.models.lm.task_yaml import Function, dump, group_fields, task_fields
 from curi.rng import derive_rng
 from curi.splits.saved import save_split
 
@@ -69,40 +69,20 @@ def task_name(split: str, negatives: str) -> str:
     return f"curi_{re.sub(r'[^A-Za-z0-9_]+', '_', split)}_{negatives}"
 
 
-def _metric(name: str, fn: str) -> dict:
-    return {"metric": name, "aggregation": Function(f"utils.{fn}"), "higher_is_better": True}
-
-
 def _task_yaml(name: str, answers: Sequence[str], eval_scenes: int) -> str:
-    metrics = [_metric("cba", "aggregate_cba"), _metric("ap", "aggregate_ap")]
-    if eval_scenes:
-        metrics.append(_metric("eval_ap", "aggregate_eval_ap"))
-    task = {
-        "task": name,
-        "tag": Flow((f"{GROUP}_tasks",)),
-        "custom_dataset": Function("utils.load_documents"),
-        "dataset_kwargs": {"task": name},
-        "output_type": "multiple_choice",
-        "test_split": "test",
+    metrics = ["cba", "ap", "eval_ap"] if eval_scenes else ["cba", "ap"]
+    asked = {
         "doc_to_text": Function("utils.doc_to_text"),
         "doc_to_choice": list(answers),
         "doc_to_target": "label",
         "target_delimiter": DELIMITER,
-        "process_results": Function("utils.process_results"),
-        "metric_list": metrics,
-        "metadata": {"version": 1.0},
     }
+    task = task_fields(name, GROUP, "utils", "multiple_choice", metrics, asked)
     return dump(task, f"written by `curi lm export`; the documents are {name}.docs.jsonl.gz")
 
 
 def _group_yaml(names: Sequence[str]) -> str:
-    agg = [{"metric": m, "aggregation": "mean", "weight_by_size": False} for m in ("cba", "ap")]
-    group = {
-        "group": GROUP,
-        "task": list(names),
-        "aggregate_metric_list": agg,
-        "metadata": {"version": 1.0},
-    }
+    group = group_fields(GROUP, names, ("cba", "ap"), weight_by_size=False)
     return dump(group, "written by `curi lm export`: every task of this folder")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from curi.atomic import write_text
 from curi.errors import ConfigError
 from curi.models.lm.task import FORMAT, TaskFiles, read_manifest, read_table, replacing, write_table
-from curi.models.lm.task_yaml import Flow, Function, dump
+from curi.models.lm.task_yaml import Function, dump, group_fields, task_fields
 from curi.splits.saved import save_split
 
 __all__ = [
@@ -96,21 +96,7 @@ def rules_task_name(split: str) -> str:
 
 
 def _task_yaml(name: str, instructions: bool, max_gen_toks: int) -> str:
-    metrics = [
-        {
-            "metric": m,
-            "aggregation": Function(f"curi_rules_utils.aggregate_{m}"),
-            "higher_is_better": True,
-        }
-        for m in METRICS
-    ]
-    task = {
-        "task": name,
-        "tag": Flow((f"{GROUP}_tasks",)),
-        "custom_dataset": Function("curi_rules_utils.load_documents"),
-        "dataset_kwargs": {"task": name},
-        "output_type": "generate_until",
-        "test_split": "test",
+    asked = {
         **({"description": DESCRIPTION} if instructions else {}),
         "doc_to_text": Function("curi_rules_utils.doc_to_text"),
         "doc_to_target": "target",
@@ -121,25 +107,14 @@ def _task_yaml(name: str, instructions: bool, max_gen_toks: int) -> str:
             "do_sample": False,
             "temperature": 0.0,
         },
-        "process_results": Function("curi_rules_utils.process_results"),
-        "metric_list": metrics,
-        "metadata": {"version": 1.0},
     }
+    task = task_fields(name, GROUP, "curi_rules_utils", "generate_until", METRICS, asked)
     return dump(task, f"written by `curi lm rules`; the documents are {name}.docs.jsonl.gz")
 
 
 def _group_yaml(names: Sequence[str]) -> str:
     # accuracies pooled over the requests of every split; consistency is per task set only
-    agg = [
-        {"metric": m, "aggregation": "mean", "weight_by_size": True}
-        for m in ("exact", "reply", "qualifier")
-    ]
-    group = {
-        "group": GROUP,
-        "task": list(names),
-        "aggregate_metric_list": agg,
-        "metadata": {"version": 1.0},
-    }
+    group = group_fields(GROUP, names, ("exact", "reply", "qualifier"), weight_by_size=True)
     return dump(group, "written by `curi lm rules`: every rule task of this folder")
 
 

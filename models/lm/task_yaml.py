@@ -1,6 +1,7 @@
-"""The YAML of an lm-evaluation-harness task folder, written from data: `dump` lays out a task's
-or a group's fields (a dict) in the one style lm-eval reads, with ``!function`` references
-(`Function`), so the same fields always give the same bytes."""
+"""The YAML of an lm-evaluation-harness task folder, written from data: `task_fields` and
+`group_fields` hold what every curi task and group shares, and `dump` lays them out in the one
+style lm-eval reads, with ``!function`` references (`Function`), so the same fields always give
+the same bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numbers
 import re
 from dataclasses import dataclass
 
-__all__ = ["Flow", "Function", "dump"]
+__all__ = ["Flow", "Function", "dump", "group_fields", "task_fields"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
@@ -72,3 +73,42 @@ def dump(data: dict, comment: str) -> str:
     lists of mappings as block sequences, other lists as JSON flow sequences, strings plain
     when YAML reads them back as themselves, else JSON-quoted."""
     return "\n".join([f"# {comment}", *_lines(data, "")]) + "\n"
+
+
+def task_fields(
+    name: str, group: str, module: str, output_type: str, metrics, fields: dict
+) -> dict:
+    """A task's fields: its documents, results and ``aggregate_<metric>`` functions from the
+    folder's `module`, tagged ``<group>_tasks``, with `fields` (how a document is asked and
+    answered) between the test split and ``process_results``."""
+    return {
+        "task": name,
+        "tag": Flow((f"{group}_tasks",)),
+        "custom_dataset": Function(f"{module}.load_documents"),
+        "dataset_kwargs": {"task": name},
+        "output_type": output_type,
+        "test_split": "test",
+        **fields,
+        "process_results": Function(f"{module}.process_results"),
+        "metric_list": [
+            {
+                "metric": m,
+                "aggregation": Function(f"{module}.aggregate_{m}"),
+                "higher_is_better": True,
+            }
+            for m in metrics
+        ],
+        "metadata": {"version": 1.0},
+    }
+
+
+def group_fields(group: str, names, metrics, *, weight_by_size: bool) -> dict:
+    """A group's fields: its tasks `names` and the mean of each of `metrics` over them."""
+    return {
+        "group": group,
+        "task": list(names),
+        "aggregate_metric_list": [
+            {"metric": m, "aggregation": "mean", "weight_by_size": weight_by_size} for m in metrics
+        ],
+        "metadata": {"version": 1.0},
+    }
