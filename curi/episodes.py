@@ -100,6 +100,17 @@ def _distinct(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     return out[:k]
 
 
+def _clear_bits(words: np.ndarray, ids: np.ndarray) -> None:
+    """Clear the bits `ids` of the packed row `words`, in place: each word touched once, with
+    the OR of its ids' bits (`np.bitwise_and.at` costs 20 times more for a few dozen ids)."""
+    if len(ids) == 0:
+        return
+    ids = np.sort(ids)
+    word = ids >> 6
+    at = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
+    words[word[at]] &= ~np.bitwise_or.reduceat(np.uint64(1) << (ids & 63).astype(np.uint64), at)
+
+
 def _matched_keys(scenes) -> np.ndarray:
     """(N,) int64 key of each scene for the ``matched`` sampler: 16 * object count + number of
     distinct colours."""
@@ -361,8 +372,7 @@ class EpisodeSampler:
         for a in alternates[1:].tolist():  # row by row: no (alternates, W) copy
             pool |= words[a]
         pool &= ~row
-        u = np.fromiter(used, np.int64, len(used))
-        np.bitwise_and.at(pool, u >> 6, ~(np.uint64(1) << (u & 63).astype(np.uint64)))
+        _clear_bits(pool, np.fromiter(used, np.int64, len(used)))
         cum = np.cumsum(np.bitwise_count(pool), dtype=np.int64)
         size = int(cum[-1])
         take = min(size, self.num_negatives)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from curi.bits import pack_rows, unpack_rows
+from curi.bits import pack_rows, set_bits, set_bits_rows
 from curi.prior import PRIORS, concept_log_prior
 from curi.validate import choice
 
@@ -108,7 +108,7 @@ class Posterior:
     def consistent(self, support_ids: np.ndarray, support_labels: np.ndarray) -> np.ndarray:
         """Indices of the hypotheses of H_O consistent with the support set."""
         words = consistent_words(self.bank, support_ids, support_labels, self.mask)
-        return np.flatnonzero(unpack_rows(words, len(self.bank)))
+        return set_bits(words)  # the mask holds no bit past the last concept
 
     def posterior(
         self, support_ids: np.ndarray, support_labels: np.ndarray
@@ -146,7 +146,7 @@ class Posterior:
         words = np.bitwise_and.reduce(np.where(lab, rows, ~np.uint64(0)), 1)  # positives
         words &= ~np.bitwise_or.reduce(np.where(lab, np.uint64(0), rows), 1)  # negatives
         words &= self.mask
-        episode, idx = np.nonzero(unpack_rows(words, len(self.bank)))  # ascending per episode
+        episode, idx = set_bits_rows(words)  # ascending per episode; only nonzero bytes read
         logw = self.log_prior[idx]
         if self.likelihood == "size_principle":
             n_pos = lab[..., 0].sum(1).astype(np.float64)  # (E,)

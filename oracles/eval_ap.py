@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from curi.bits import byte_codes, set_bits_rows
+from curi.bits import set_bits_rows
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import _CELL_MAX_GROUPS, _MAX_CELLS, _NIBBLE_BITS
 from curi.posterior import Posteriors
@@ -125,31 +125,19 @@ def _ap_from_counts(owner, score, n_pos, n_tot, n: int) -> np.ndarray:
 
 
 # --- more groups: scene scores, counted from the scenes that can reach a positive's ---------
-_MAX_BLOCKS = 512  # blocks of 8 groups whose byte codes are held at once (512 x M bytes)
-
-
 def _by_scores(ev: EvalSet, g: _Groups, eps, concepts, labels) -> np.ndarray:
-    """(len(eps),) APs from every scene's score (`metrics._ap_of_scores`), episodes taken a
-    few hundred blocks of 8 groups at a time."""
-    out = np.empty(len(eps))
-    blocks = np.cumsum(-(-g.count[eps] // 8))
-    for part in np.split(np.arange(len(eps)), np.flatnonzero(np.diff(blocks // _MAX_BLOCKS)) + 1):
-        if len(part):
-            out[part] = _by_scores_of(ev, g, eps[part], concepts[part], labels[part])
-    return out
+    """(len(eps),) APs from scene scores (`metrics._ap_of_scores`): the scores of the
+    positives and of the other scenes that can reach the lowest positive score (a scene that
+    holds only groups lighter in total than that, less a margin far above rounding, cannot),
+    each as `metrics._scene_scores` scores it (`curi.oracles.loops.scores_at`); thresholds
+    and counts as in `metrics._ap_of_scores`."""
+    from curi.oracles.loops import scores_at
 
-
-def _by_scores_of(ev: EvalSet, g: _Groups, eps, concepts, labels) -> np.ndarray:
-    """`_by_scores` of a few episodes: the byte codes of their groups on every scene, and the
-    scores of the positives and of the other scenes that can reach the lowest positive score
-    (a scene that holds only groups lighter in total than that, less a margin far above
-    rounding, cannot), each as `metrics._scene_scores` scores it; thresholds and counts as
-    in `metrics._ap_of_scores`."""
     m, n = len(ev), len(eps)
     tables, first = _tables(g, eps)
-    codes, count = _codes(ev, g, eps, len(tables), first), g.count[eps]
+    block_rows, count = _block_rows(g, eps, len(tables), first), g.count[eps]
     pe, pu = ev.positives(concepts)  # (episode, scene) of every positive
-    scores = _scores_at(codes, tables, first, count, pe, pu)
+    scores = scores_at(ev.rows, block_rows, tables, first, count, pe, pu)
     key = np.rint(scores * 1e12).astype(np.int64)  # `np.round(score, 12)` as an integer
     order = np.lexsort((key, pe))
     pe, key, scores = pe[order], key[order], scores[order]
@@ -160,7 +148,8 @@ def _by_scores_of(ev: EvalSet, g: _Groups, eps, concepts, labels) -> np.ndarray:
     lowest = np.full(n, np.inf)  # each episode's lowest positive score that rounds above 0
     np.minimum.at(lowest, pe[key > 0], scores[key > 0])
     ce, cu = _candidates(ev, g, eps, _heavy(g, eps, lowest), labels)
-    c_key = np.rint(_scores_at(codes, tables, first, count, ce, cu) * 1e12).astype(np.int64)
+    c_scores = scores_at(ev.rows, block_rows, tables, first, count, ce, cu)
+    c_key = np.rint(c_scores * 1e12).astype(np.int64)
     ordered = np.sort((ce << _EPISODE_SHIFT) | c_key)
     ends = np.cumsum(np.bincount(ce, minlength=n))
     above = ends[t_ep] - np.searchsorted(ordered, (t_ep << _EPISODE_SHIFT) | t_key, side="left")
@@ -181,26 +170,14 @@ def _tables(g: _Groups, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (nibbles[:, 1, :, None] + nibbles[:, 0, None, :]).reshape(-1, 256), first
 
 
-def _codes(ev: EvalSet, g: _Groups, eps: np.ndarray, n_tables: int, first: np.ndarray):
-    """(T, M) the byte code of every scene for every block of 8 groups of the episodes
-    `eps` (`curi.bits.byte_codes` of their rows, 8 rows a block, missing rows 0)."""
+def _block_rows(g: _Groups, eps: np.ndarray, n_tables: int, first: np.ndarray) -> np.ndarray:
+    """(8 T,) the evaluation-set row (a group's first concept) of group k of block t at
+    ``8 t + k``, for every block of 8 groups of the episodes `eps` (slots past an episode's
+    last group: 0, never read)."""
     members, local, slot = _members(g, eps)
-    rows = np.zeros((8 * n_tables, ev.rows.shape[1]), np.uint64)
-    rows[first[local] * 8 + slot] = ev.rows[g.rep[members]]
-    return byte_codes(rows, len(ev))
-
-
-def _scores_at(codes, tables, first, count, pe, pu) -> np.ndarray:
-    """Scores of the scenes `pu` under the posteriors of the episodes `pe` (positions in the
-    episodes `first` and `count` describe), each as `metrics._scene_scores` scores it:
-    block by block of 8 groups, in order, from 0."""
-    scores = np.zeros(len(pe))
-    count = count[pe]
-    for b in range(int(-(-count.max() // 8)) if len(pe) else 0):
-        on = np.flatnonzero(count > 8 * b)
-        t = first[pe[on]] + b
-        scores[on] += tables[t, codes[t, pu[on]]]
-    return scores
+    rows = np.zeros(8 * n_tables, np.int64)
+    rows[first[local] * 8 + slot] = g.rep[members]
+    return rows
 
 
 def _members(g: _Groups, eps: np.ndarray):

@@ -51,14 +51,33 @@ def test_batched_aps_equal_one_by_one(tiny_bank, episodes, monkeypatch, max_cell
     assert sizes == {0, 1, 2}
 
 
-def test_batched_aps_in_small_batches(tiny_bank, episodes, monkeypatch):
-    # the scene-score path holds the byte codes of a few hundred blocks of 8 groups at once
-    monkeypatch.setattr(eval_ap, "_MAX_BLOCKS", 3)
-    ev, groups = EvalSet.from_bank(tiny_bank), np.asarray(tiny_bank.groups)
-    concepts, post = episodes
-    whole = oracle_aps(ev, concepts, post, groups)
-    monkeypatch.undo()
-    assert oracle_aps(ev, concepts, post, groups).tobytes() == whole.tobytes()
+def test_scores_at_equals_scene_scores_in_any_order():
+    """`loops.scores_at` at (episode, scene) pairs equals `metrics._scene_scores` of each
+    episode's groups to the bits, pairs in any order (an episode's pairs split in runs,
+    scenes unsorted), for 1 to 20 groups (blocks of 8 full and partial)."""
+    from curi.bits import pack_rows
+    from curi.oracles.loops import scores_at
+
+    rng = np.random.default_rng(0)
+    m, counts = 300, np.array([1, 7, 8, 9, 16, 20])
+    rows = pack_rows(rng.random((40, m)) < 0.3)
+    groups = [rng.choice(len(rows), c, replace=False) for c in counts]
+    weights = [rng.dirichlet(np.ones(c)) for c in counts]
+    blocks = -(-counts // 8)
+    first = np.cumsum(blocks) - blocks
+    w = np.zeros((blocks.sum(), 8))
+    block_rows = np.zeros(8 * blocks.sum(), np.int64)
+    for e, (g, wg) in enumerate(zip(groups, weights, strict=True)):
+        w.reshape(-1)[8 * first[e] : 8 * first[e] + len(g)] = wg
+        block_rows[8 * first[e] : 8 * first[e] + len(g)] = g
+    nibbles = (w.reshape(-1, 2, 1, 4) * metrics._NIBBLE_BITS).sum(-1)
+    tables = (nibbles[:, 1, :, None] + nibbles[:, 0, None, :]).reshape(-1, 256)
+    pe = np.repeat(np.arange(len(counts)), m)
+    pu = np.tile(np.arange(m), len(counts))
+    order = rng.permutation(len(pe))
+    got = scores_at(rows, block_rows, tables, first, counts, pe[order], pu[order])
+    want = [metrics._scene_scores(rows[g], wg, m) for g, wg in zip(groups, weights, strict=True)]
+    assert got.tobytes() == np.concatenate(want)[order].tobytes()
 
 
 def test_random_aps_equal_one_by_one():
