@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from curi.bits import set_bits_rows
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import _CELL_MAX_GROUPS, _MAX_CELLS, _NIBBLE_BITS
 from curi.posterior import Posteriors
@@ -129,16 +128,11 @@ def _by_scores(ev: EvalSet, g: _Groups, eps, concepts, labels) -> np.ndarray:
     """(len(eps),) APs from scene scores (`metrics._ap_of_scores`): the scores of the
     positives and of the other scenes that can reach the lowest positive score (a scene that
     holds only groups lighter in total than that, less a margin far above rounding, cannot),
-    each as `metrics._scene_scores` scores it (`curi.oracles.loops.scores_at`); thresholds
-    and counts as in `metrics._ap_of_scores`."""
-    from curi.oracles.loops import scores_at
-
+    each as `metrics._scene_scores` scores it (`curi.oracles.loops`); thresholds and counts
+    as in `metrics._ap_of_scores`."""
     m, n = len(ev), len(eps)
-    tables, first = _tables(g, eps)
-    block_rows, count = _block_rows(g, eps, len(tables), first), g.count[eps]
-    pe, pu = ev.positives(concepts)  # (episode, scene) of every positive
-    scores = scores_at(ev.rows, block_rows, tables, first, count, pe, pu)
-    key = np.rint(scores * 1e12).astype(np.int64)  # `np.round(score, 12)` as an integer
+    scored = _Scored(ev, g, eps)
+    pe, key, scores = scored.bits(labels, np.arange(n))  # every positive
     order = np.lexsort((key, pe))
     pe, key, scores = pe[order], key[order], scores[order]
     at = _runs(pe, key)
@@ -146,16 +140,40 @@ def _by_scores(ev: EvalSet, g: _Groups, eps, concepts, labels) -> np.ndarray:
     pos_at = np.diff(np.r_[at, len(pe)])
     tp_ge = _segment_cumsum(pos_at[::-1], t_ep[::-1])[::-1]  # positives at or above
     lowest = np.full(n, np.inf)  # each episode's lowest positive score that rounds above 0
-    np.minimum.at(lowest, pe[key > 0], scores[key > 0])
-    ce, cu = _candidates(ev, g, eps, _heavy(g, eps, lowest), labels)
-    c_scores = scores_at(ev.rows, block_rows, tables, first, count, ce, cu)
-    c_key = np.rint(c_scores * 1e12).astype(np.int64)
+    above_0 = np.flatnonzero(key > 0)  # in runs of episodes (sorted): a min per run
+    if len(above_0):
+        run = _runs(pe[above_0])
+        lowest[pe[above_0[run]]] = np.minimum.reduceat(scores[above_0], run)
+    ce, c_key, _ = scored.bits(*_candidates(ev, g, eps, _heavy(g, eps, lowest), labels))
     ordered = np.sort((ce << _EPISODE_SHIFT) | c_key)
     ends = np.cumsum(np.bincount(ce, minlength=n))
     above = ends[t_ep] - np.searchsorted(ordered, (t_ep << _EPISODE_SHIFT) | t_key, side="left")
     n_ge = np.where(t_key == 0, m, tp_ge + above)  # a threshold of 0: every scene
     with np.errstate(invalid="ignore", divide="ignore"):  # no positive: NaN, as one by one
         return _segment_sums(pos_at * tp_ge / n_ge, t_ep, n) / np.bincount(pe, minlength=n)
+
+
+class _Scored:
+    """The scenes of packed rows scored under the posteriors of the episodes `eps`, each
+    score as `metrics._scene_scores` makes it."""
+
+    def __init__(self, ev: EvalSet, g: _Groups, eps: np.ndarray):
+        self.rows = ev.rows
+        self.tables, self.first = _tables(g, eps)
+        self.block_rows = _block_rows(g, eps, len(self.tables), self.first)
+        self.count = g.count[eps]
+
+    def bits(self, sets: np.ndarray, owner: np.ndarray):
+        """((P,) episode, (P,) `np.round(score, 12)` as an integer, (P,) score) of every set
+        bit of the packed rows `sets` (row r under the posterior of episode ``owner[r]``),
+        row by row, ascending."""
+        from curi.oracles.loops import _LOWEST_BIT, bit_scores
+
+        ends = np.cumsum(np.bitwise_count(sets).sum(1, dtype=np.int64))
+        args = (self.rows, self.block_rows, self.tables, self.first, self.count)
+        _, scores = bit_scores(*args, sets, owner, ends, _LOWEST_BIT)
+        episode = np.repeat(owner, np.diff(np.r_[0, ends]))
+        return episode, np.rint(scores * 1e12).astype(np.int64), scores
 
 
 def _tables(g: _Groups, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -202,15 +220,14 @@ def _heavy(g: _Groups, eps: np.ndarray, lowest: np.ndarray) -> np.ndarray:
 
 
 def _candidates(ev: EvalSet, g: _Groups, eps: np.ndarray, heavy: np.ndarray, labels):
-    """(episode, scene) of every scene that holds a heavy group of its episode and is not
-    one of its positives."""
+    """((R, W) packed rows, (R,) their episodes' positions in `eps`): the scenes of each
+    episode that hold a heavy group of it and are not its positives."""
     local = _owner_of(g, eps, heavy)  # in runs: `_heavy` lists them episode by episode
     if len(heavy) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros((0, ev.rows.shape[1]), np.uint64), np.zeros(0, np.int64)
     at = _runs(local)
     union = np.bitwise_or.reduceat(ev.rows[g.rep[heavy]], at)  # (episodes with heavy, W)
-    ce, cu = set_bits_rows(union & ~labels[local[at]])
-    return local[at][ce], cu
+    return union & ~labels[local[at]], local[at]
 
 
 def _owner_of(g: _Groups, eps: np.ndarray, members: np.ndarray) -> np.ndarray:

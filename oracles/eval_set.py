@@ -9,7 +9,7 @@ from functools import cached_property
 
 import numpy as np
 
-from curi.bits import pack_rows, set_bits_rows, transpose_blocks
+from curi.bits import pack_rows, transpose_blocks
 
 __all__ = ["EvalSet"]
 
@@ -40,23 +40,3 @@ class EvalSet:
     def all_scenes(self) -> np.ndarray:
         """(ceil(M / 64),) words with the bits of every evaluation scene set."""
         return pack_rows(np.ones(len(self.ids), bool))
-
-    @cached_property
-    def _positives(self) -> dict[int, np.ndarray]:
-        """concept -> its positives, for the concepts asked for so far (`positives`)."""
-        return {}
-
-    def positives(self, concepts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(k, position) of every evaluation scene on which ``concepts[k]`` holds, k by k,
-        positions ascending (the ground truth of many episodes, without unpacking rows);
-        each concept's positions are found once."""
-        concepts = np.asarray(concepts).tolist()
-        known = self._positives
-        missing = sorted(set(concepts).difference(known))
-        if missing:
-            k, at = set_bits_rows(self.rows[missing])
-            ends = np.cumsum(np.bincount(k, minlength=len(missing)))
-            known.update(zip(missing, np.split(at, ends[:-1]), strict=True))
-        parts = [known[h] for h in concepts]
-        k = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
-        return k, np.concatenate(parts) if parts else np.zeros(0, np.int64)

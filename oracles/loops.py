@@ -8,42 +8,63 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["scores_at"]
+__all__ = ["bit_scores"]
+
+# the index of a uint64's lowest set bit from its isolated bit times a de Bruijn sequence
+_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_LOWEST_BIT = np.zeros(64, np.int64)
+_LOWEST_BIT[(((np.uint64(1) << np.arange(64, dtype=np.uint64)) * _DE_BRUIJN) >> np.uint64(58))] = (
+    np.arange(64)
+)
 
 
 @numba.njit(cache=True, nogil=True)
-def scores_at(rows, block_rows, tables, first, count, pe, pu):  # pragma: no cover (compiled)
-    """(P,) the score of scene ``pu[i]`` under the posterior of episode ``pe[i]``: the sum,
-    block by block of 8 synonym groups in order from 0.0, of ``tables[t, code]`` where t is
-    the episode's block (``first[e] + b``) and bit k of `code` says whether the scene holds
-    the block's group k (row ``block_rows[8 t + k]`` of the packed `rows`). This is
-    `curi.oracles.metrics._scene_scores` read at a few scenes, without the byte code of
-    every scene (`curi.bits.byte_codes`). An episode's pairs come in runs, each run's scenes
-    ascending (a run's 8 words of a block are read once per word of scenes)."""
-    out = np.zeros(len(pe))
+def _score_run(out, start, stop, scenes, e, rows, block_rows, tables, first, count):
+    """Add to ``out[i]``, i in [start, stop), the score of scene ``scenes[i]`` under the
+    posterior of episode e: the sum, block by block of 8 synonym groups in order from 0.0,
+    of ``tables[t, code]`` where t is the episode's block (``first[e] + b``) and bit k of
+    `code` says whether the scene holds the block's group k (row ``block_rows[8 t + k]`` of
+    the packed `rows`). This is `curi.oracles.metrics._scene_scores` read at a few scenes,
+    without the byte code of every scene (`curi.bits.byte_codes`); scenes in ascending
+    order have the 8 words of a block read once per word."""
     one = np.uint64(1)
     words = np.zeros(8, np.uint64)
-    start = 0
-    while start < len(pe):
-        e = pe[start]
-        stop = start
-        while stop < len(pe) and pe[stop] == e:
-            stop += 1
-        n = count[e]
-        for b in range((n + 7) // 8):
-            t = first[e] + b
-            held = min(8, n - 8 * b)
-            last = -1
-            for i in range(start, stop):
-                word = pu[i] >> 6
-                if word != last:
-                    for k in range(held):
-                        words[k] = rows[block_rows[8 * t + k], word]
-                    last = word
-                bit = np.uint64(pu[i] & 63)
-                code = 0
+    n = count[e]
+    for b in range((n + 7) // 8):
+        t = first[e] + b
+        held = min(8, n - 8 * b)
+        last = -1
+        for i in range(start, stop):
+            word = scenes[i] >> 6
+            if word != last:
                 for k in range(held):
-                    code |= int((words[k] >> bit) & one) << k
-                out[i] += tables[t, code]
-        start = stop
-    return out
+                    words[k] = rows[block_rows[8 * t + k], word]
+                last = word
+            bit = np.uint64(scenes[i] & 63)
+            code = 0
+            for k in range(held):
+                code |= int((words[k] >> bit) & one) << k
+            out[i] += tables[t, code]
+
+
+@numba.njit(cache=True, nogil=True)
+def bit_scores(rows, block_rows, tables, first, count, sets, owner, ends, lowest_bit):
+    """((P,) scenes, (P,) scores): the set bits of each packed row ``sets[r]`` (ascending,
+    row after row, as `curi.bits.set_bits_rows` lists them; ``ends`` the running count of
+    bits) and their scores under the posterior of episode ``owner[r]`` (`_score_run`: the
+    blocks of 8 groups of episode e are ``first[e]`` on, ``count[e]`` groups). `lowest_bit`
+    is `_LOWEST_BIT`."""
+    scenes = np.empty(ends[-1] if len(ends) else 0, np.int64)
+    out = np.zeros(len(scenes))
+    for r in range(sets.shape[0]):
+        p = ends[r - 1] if r else 0
+        start = p
+        for w in range(sets.shape[1]):
+            x = sets[r, w]
+            while x:
+                low = x & (~x + np.uint64(1))
+                scenes[p] = 64 * w + lowest_bit[(low * _DE_BRUIJN) >> np.uint64(58)]
+                p += 1
+                x ^= low
+        _score_run(out, start, p, scenes, owner[r], rows, block_rows, tables, first, count)
+    return scenes, out

@@ -51,12 +51,13 @@ def test_batched_aps_equal_one_by_one(tiny_bank, episodes, monkeypatch, max_cell
     assert sizes == {0, 1, 2}
 
 
-def test_scores_at_equals_scene_scores_in_any_order():
-    """`loops.scores_at` at (episode, scene) pairs equals `metrics._scene_scores` of each
-    episode's groups to the bits, pairs in any order (an episode's pairs split in runs,
-    scenes unsorted), for 1 to 20 groups (blocks of 8 full and partial)."""
-    from curi.bits import pack_rows
-    from curi.oracles.loops import scores_at
+def test_bit_scores_equal_scene_scores():
+    """`loops.bit_scores` lists the set bits of packed rows as `set_bits_rows` does and
+    scores each under its row's episode as `metrics._scene_scores` does, to the bits: 1 to
+    20 groups (blocks of 8 full and partial), an episode's rows apart and repeated, empty
+    rows, bits in the last word."""
+    from curi.bits import pack_rows, set_bits_rows
+    from curi.oracles.loops import _LOWEST_BIT, bit_scores
 
     rng = np.random.default_rng(0)
     m, counts = 300, np.array([1, 7, 8, 9, 16, 20])
@@ -72,12 +73,17 @@ def test_scores_at_equals_scene_scores_in_any_order():
         block_rows[8 * first[e] : 8 * first[e] + len(g)] = g
     nibbles = (w.reshape(-1, 2, 1, 4) * metrics._NIBBLE_BITS).sum(-1)
     tables = (nibbles[:, 1, :, None] + nibbles[:, 0, None, :]).reshape(-1, 256)
-    pe = np.repeat(np.arange(len(counts)), m)
-    pu = np.tile(np.arange(m), len(counts))
-    order = rng.permutation(len(pe))
-    got = scores_at(rows, block_rows, tables, first, counts, pe[order], pu[order])
+    owner = np.array([0, 3, 5, 1, 3, 2, 4, 0, 5])
+    sets = pack_rows(rng.random((len(owner), m)) < rng.random((len(owner), 1)))
+    sets[2] = 0
+    ends = np.cumsum(np.bitwise_count(sets).sum(1, dtype=np.int64))
+    args = (rows, block_rows, tables, first, counts, sets, owner, ends, _LOWEST_BIT)
+    scenes, got = bit_scores(*args)
+    r, at = set_bits_rows(sets)
+    np.testing.assert_array_equal(scenes, at)
     want = [metrics._scene_scores(rows[g], wg, m) for g, wg in zip(groups, weights, strict=True)]
-    assert got.tobytes() == np.concatenate(want)[order].tobytes()
+    expected = np.array([want[owner[k]][u] for k, u in zip(r, at, strict=True)])
+    assert got.tobytes() == expected.tobytes()
 
 
 def test_random_aps_equal_one_by_one():
