@@ -149,6 +149,20 @@ class DerivedStream:
         self._block = (i, self._states(i, min(i + _BLOCK, _M32 + 1)))
         return self._block[1][0]
 
+    def states(self, start: int, stop: int) -> np.ndarray:
+        """(stop - start, `curi.pcg.STATE_WORDS`) uint64: the fresh PCG64 state of
+        ``rng(i)`` for every i in [start, stop), for loops that draw from many streams at once
+        (`curi.pcg`)."""
+        from curi.pcg import states_of
+
+        if self.seed > _M32 or stop - 1 > _M32:
+            pairs = []
+            for i in range(start, stop):
+                st = derive_rng(self.seed, self.purpose, i).bit_generator.state["state"]
+                pairs.append((st["state"], st["inc"]))
+            return states_of(pairs)
+        return states_of(self._states(start, stop))
+
     def rng(self, i: int) -> np.random.Generator:
         """A generator that draws what ``derive_rng(seed, purpose, i)`` draws."""
         if self.seed > _M32 or i > _M32:

@@ -41,20 +41,21 @@ def oracle_aps(
     return out
 
 
-def random_aps(picks: list[np.ndarray], m: int) -> np.ndarray:
+def random_aps(picks: np.ndarray, lengths: np.ndarray, m: int) -> np.ndarray:
     """(E,) `metrics.random_average_precision` of each episode from what it drew: its
-    positives' ranks less 1 (``rng.choice(m, n_pos, replace=False)``), all episodes sorted at
-    once (a mask of E x m) and each mean summed as `np.mean` sums it (NaN without positives)."""
-    lengths = np.array([len(p) for p in picks], np.int64)
-    owner = np.repeat(np.arange(len(picks)), lengths)
-    mask = np.zeros(len(picks) * m, bool)
-    mask[owner * m + np.concatenate([np.zeros(0, np.int64), *picks])] = True
+    positives' ranks less 1 (``rng.choice(m, n_pos, replace=False)``), `lengths` of them
+    per episode one after another in `picks`, all episodes sorted at once (a mask of E x m)
+    and each mean summed as `np.mean` sums it (NaN without positives)."""
+    lengths = np.asarray(lengths, np.int64)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    mask = np.zeros(len(lengths) * m, bool)
+    mask[owner * m + picks] = True
     ranked = np.flatnonzero(mask)  # episode by episode, ranks ascending
     start = np.cumsum(lengths) - lengths
     place = np.arange(len(ranked)) - np.repeat(start, lengths) + 1  # 1..n_pos per episode
     terms = place / (ranked - owner * m + 1)
     with np.errstate(invalid="ignore"):
-        return _segment_sums(terms, owner, len(picks)) / lengths
+        return _segment_sums(terms, owner, len(lengths)) / lengths
 
 
 class _Groups:

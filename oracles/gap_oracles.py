@@ -141,13 +141,13 @@ class _RandomOracle:
     def score(self, chunk: _Chunk, clock: _Clock) -> tuple[np.ndarray, np.ndarray]:
         """(E,) APs of uniform scores on the evaluation set and (E, Q) uniform query scores,
         positives first as the episode lists them unshuffled."""
+        from curi.oracles.loops import random_oracle_draws
+
         m, q_labels = len(self.ev), chunk.q_labels
-        scores, picks = np.empty(q_labels.shape), []
-        for j, n_pos in enumerate(self.n_pos_eval[chunk.concepts].tolist()):
-            rng = self.stream.rng(chunk.start + j)  # `random_average_precision`'s draws
-            picks.append(rng.choice(m, size=n_pos, replace=False))
-            scores[j] = rng.random(q_labels.shape[1])
-        ap = random_aps(picks, m)
+        n_pos = self.n_pos_eval[chunk.concepts].astype(np.int64)
+        states = self.stream.states(chunk.start, chunk.start + len(n_pos))
+        picks, scores = random_oracle_draws(states, n_pos, m, q_labels.shape[1])
+        ap = random_aps(picks, n_pos, m)
         out = np.empty(q_labels.shape)
         order = np.argsort(-q_labels, axis=1, kind="stable")  # positives first: as unshuffled
         np.put_along_axis(out, order, scores, axis=1)

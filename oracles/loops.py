@@ -8,7 +8,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["bit_scores"]
+from curi import pcg
+
+__all__ = ["bit_scores", "random_oracle_draws"]
 
 # the index of a uint64's lowest set bit from its isolated bit times a de Bruijn sequence
 _DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
@@ -68,3 +70,19 @@ def bit_scores(rows, block_rows, tables, first, count, sets, owner, ends, lowest
                 x ^= low
         _score_run(out, start, p, scenes, owner[r], rows, block_rows, tables, first, count)
     return scenes, out
+
+
+@numba.njit(cache=True, nogil=True)
+def random_oracle_draws(states, n_pos, m, q):  # pragma: no cover (compiled)
+    """The random oracle's draws of E episodes, each from its own stream (`states`, one row
+    each, advanced in place): ``rng.choice(m, n_pos[e], replace=False)`` then
+    ``rng.random(q)`` (`curi.oracles.metrics.random_average_precision` and the query
+    scores). Returns the picks, episode after episode, and the (E, q) scores."""
+    ends = np.cumsum(n_pos)
+    picks = np.empty(ends[-1] if len(ends) else 0, np.int64)
+    scores = np.empty((len(n_pos), q))
+    for e in range(len(n_pos)):
+        s = states[e]
+        picks[ends[e] - n_pos[e] : ends[e]] = pcg.choice(s, m, n_pos[e])
+        pcg.random(s, scores[e])
+    return picks, scores
