@@ -371,16 +371,21 @@ def test_stacked_episodes_equal_one_by_one(
 ):
     """`EpisodeSampler.stacked` (the negatives' rounds run for all episodes together) gives
     the episodes of ``sampler[i]`` and of the plain sampler, whichever path each set takes;
-    `own`: how many of the 120 sets the sampler's own code draws (exact pools, rounds that
-    outrun the candidates, the matched sampler), so the batched path is tested, not skipped."""
+    `own`: how many of the 120 sets are drawn one at a time (exact pools by
+    `episode_draws.exact_set`; rounds that outrun the candidates and the matched sampler by
+    the sampler's own code), so the batched path is tested, not skipped."""
     from curi import episode_batch
 
     monkeypatch.setattr(episodes, "_EXACT_MAX_ALTERNATES", most_alternates)
     monkeypatch.setattr(episode_batch, "_SPECULATE", speculate)
     s = EpisodeSampler(tiny_bank, split, subset, negatives, seed=seed, **kw)
     sets, plain = [], EpisodeSampler._negatives  # the sets the sampler's own code draws
+    exact = episode_batch._Negatives._exact
     monkeypatch.setattr(
         EpisodeSampler, "_negatives", lambda self, *a: sets.append(a[1]) or plain(self, *a)
+    )
+    monkeypatch.setattr(
+        episode_batch._Negatives, "_exact", lambda self, *a: sets.append(0) or exact(self, *a)
     )
     got = s.stacked(3, 63)
     monkeypatch.setattr(EpisodeSampler, "_negatives", plain)

@@ -1,0 +1,182 @@
+"""An `EpisodeSampler`'s per-episode draws, compiled by numba for many episodes at once
+(`curi.episode_batch`): each is the sampler's own draw (`curi.episodes`) made with `curi.pcg`
+on the episode's stream state, so it draws the same numbers and leaves the stream where the
+sampler's numpy generator leaves it (tests/test_episodes.py checks the episodes)."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from curi import pcg
+
+__all__ = ["candidates", "exact_set", "heads", "orders"]
+
+_ONE = np.uint64(1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _popcount(x):
+    x = x - ((x >> _ONE) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@numba.njit(cache=True, nogil=True)
+def distinct(s, n, k):
+    """`curi.episodes._distinct`: k distinct integers of [0, n) in random order (k <= n)."""
+    if 4 * k > n:
+        return pcg.permutation(s, n)[:k].copy()
+    draw = np.empty(2 * k, np.int64)
+    pcg.integers(s, n, draw)
+    out = np.unique(draw)
+    while len(out) < k:
+        draw = np.empty(k, np.int64)
+        pcg.integers(s, n, draw)
+        out = np.unique(np.concatenate((draw, out)))
+    pcg._shuffle(s, out, 1, False)  # `rng.shuffle`
+    return out[:k].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def heads(states, cum, concepts, counts, k):  # pragma: no cover (compiled)
+    """((E,) concepts, (E, k) ranks of their positives): `EpisodeSampler._positive_ranks` of
+    E episodes from their episode streams' `states` (advanced in place)."""
+    h = np.empty(len(states), np.int64)
+    ranks = np.empty((len(states), k), np.int64)
+    u = np.empty(1)
+    for e in range(len(states)):
+        pcg.random(states[e], u)
+        h[e] = concepts[min(np.searchsorted(cum, u[0], side="right"), len(cum) - 1)]
+        ranks[e] = distinct(states[e], counts[h[e]], k)
+    return h, ranks
+
+
+@numba.njit(cache=True, nogil=True)
+def orders(states, n):  # pragma: no cover (compiled)
+    """((E, n), (E, n)): `EpisodeSampler._orders` of E episodes (two permutations each)."""
+    s_perm = np.empty((len(states), n), np.int64)
+    q_perm = np.empty((len(states), n), np.int64)
+    for e in range(len(states)):
+        s_perm[e] = pcg.permutation(states[e], n)
+        q_perm[e] = pcg.permutation(states[e], n)
+    return s_perm, q_perm
+
+
+@numba.njit(cache=True, nogil=True)
+def candidates(states, n, size, skip):  # pragma: no cover (compiled)
+    """(E, size) ``rng.integers(0, n, size)`` of each stream after ``rng.integers(0, n,
+    skip[e])`` (the candidates an earlier set used); `states` advanced in place."""
+    out = np.empty((len(states), size), np.int64)
+    for e in range(len(states)):
+        if skip[e]:
+            pcg.integers(states[e], n, np.empty(skip[e], np.int64))
+        pcg.integers(states[e], n, out[e])
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _not_h(row, c):
+    return (row[c >> 6] >> np.uint64(c & 63)) & _ONE == 0
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
+    """One set's negatives from a pool of a few alternates (`EpisodeSampler._negatives`,
+    hard, at most `_EXACT_MAX_ALTERNATES`): uniform distinct scenes of the OR of the
+    alternates' rows (`alt`: their packed bits) less h's row and the `used` scenes
+    (`_pool_exact`), then, if the pool is short, random scenes not satisfying h
+    (`_random_not_h`; `n` scenes). `words` is the bank's (H, W) truth; the stream state
+    `s` advances."""
+    n_words = words.shape[1]
+    pool = np.zeros(n_words, np.uint64)
+    for a_word in range(len(alt)):
+        x = alt[a_word]
+        while x:
+            low = x & (~x + _ONE)
+            a = 64 * a_word + _popcount(low - _ONE)
+            for w in range(n_words):
+                pool[w] |= words[a, w]
+            x ^= low
+    row = words[h]
+    for w in range(n_words):
+        pool[w] &= ~row[w]
+    for u in used:
+        pool[u >> 6] &= ~(_ONE << np.uint64(u & 63))
+    cum = np.empty(n_words, np.int64)
+    total = 0
+    for w in range(n_words):
+        total += _popcount(pool[w])
+        cum[w] = total
+    take = min(total, k)
+    out = np.empty(k, np.int64)
+    if take:
+        for i, r in enumerate(distinct(s, total, take)):
+            w = np.searchsorted(cum, r, side="right")
+            within = r - (cum[w] - _popcount(pool[w]))
+            x = pool[w]
+            for _ in range(within):
+                x &= x - _ONE
+            out[i] = 64 * w + _popcount((x & (~x + _ONE)) - _ONE)
+    got = take
+    if got < k:  # the pool is too small: random scenes not satisfying h
+        seen = set(used)
+        for i in range(got):
+            seen.add(out[i])
+        draw = np.empty(2 * (k - take) + 8, np.int64)
+        while got < k:
+            pcg.integers(s, n, draw)
+            for c in draw:
+                if _not_h(row, c) and c not in seen:
+                    seen.add(c)
+                    out[got] = c
+                    got += 1
+                    if got == k:
+                        break
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def rounds(cand, at, used, k, size, max_rounds, alt, h, by_scene, words):  # pragma: no cover
+    """((A, k) negatives, (A,) where each set's rounds end, (A,) found) of one set of A
+    episodes, found round after round of `size` candidates from ``cand[a, at[a]:]`` as the
+    sampler's loops find them (`EpisodeSampler._random_not_h`; with alternates,
+    `_pool_by_rejection`, at most `max_rounds`): a candidate is kept when it passes the test
+    (not satisfying h; with alternates ``alt[a]`` (packed), satisfying one of them too, read
+    off the scene-major `by_scene`), is not `used` and not kept already; the set ends with the
+    round of its k-th. A set whose rounds outrun the candidates is not found."""
+    got = np.full((len(cand), k), -1, np.int64)
+    end, ok = at.copy(), np.zeros(len(cand), np.bool_)
+    for a in range(len(cand)):
+        seen = set(used[a])
+        count, r, hh = 0, 0, h[a]
+        h_word, h_bit = hh >> 6, _ONE << np.uint64(hh & 63)
+        while max_rounds < 0 or r < max_rounds:
+            first = at[a] + r * size
+            if first + size > cand.shape[1]:
+                break
+            for c in cand[a, first : first + size]:
+                if alt.shape[1] == 0:
+                    passes = words[hh, c >> 6] & (_ONE << np.uint64(c & 63)) == 0
+                else:
+                    row = by_scene[c]
+                    passes = row[h_word] & h_bit == 0
+                    if passes:
+                        hit = False
+                        for w in range(alt.shape[1]):
+                            if row[w] & alt[a, w]:
+                                hit = True
+                                break
+                        passes = hit
+                if passes and c not in seen:
+                    seen.add(c)
+                    got[a, count] = c
+                    count += 1
+                    if count == k:
+                        break
+            if count == k:
+                end[a], ok[a] = first + size, True
+                break
+            r += 1
+    return got, end, ok
