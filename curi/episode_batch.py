@@ -35,7 +35,7 @@ def stacked_episodes(sampler, start: int, stop: int) -> dict[str, np.ndarray]:
     concepts, counts = (np.asarray(a, np.int64) for a in (sampler.concepts, bank.counts))
     first = sampler._streams[0].states(start, stop)  # concept and positives
     h, ranks = draws.heads(first, sampler.prior_cdf, concepts, counts, 2 * npos)
-    pos = _select(sampler, h, ranks)
+    pos = draws.select(np.asarray(bank.truth_words), h, ranks)
     s_neg, q_neg = _Negatives(sampler, idx, h, pos).find()
     s_ids = np.concatenate([pos[:, :npos], s_neg], 1)
     q_ids = np.concatenate([pos[:, npos:], q_neg], 1)
@@ -53,24 +53,6 @@ def stacked_episodes(sampler, start: int, stop: int) -> dict[str, np.ndarray]:
         "query_ids": q_ids,
         "query_labels": q_lab,
     }
-
-
-def _select(sampler, h: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """(E, R) the scenes of rank `ranks` among each episode's concept's scenes
-    (`curi.bits.select_bits` of every row at once, from the sampler's cumulative popcounts):
-    each rank's word by a binary search of its row's counts, then its bit in the word."""
-    uniq, u = np.unique(h, return_inverse=True)
-    cums = np.stack([sampler._cum_of(int(c)) for c in uniq.tolist()])  # (U, W)
-    row = u[:, None]
-    lo, hi = np.zeros(ranks.shape, np.int64), np.full(ranks.shape, cums.shape[1])
-    while (lo < hi).any():  # the first word whose count exceeds the rank
-        mid = (lo + hi) // 2
-        right = (lo < hi) & (cums[row, np.minimum(mid, cums.shape[1] - 1)] <= ranks)
-        lo, hi = np.where(right, mid + 1, lo), np.where(right | (lo >= hi), hi, mid)
-    words = sampler.bank.truth_words[h[:, None], lo]  # (E, R)
-    within = ranks - (cums[row, lo] - np.bitwise_count(words))  # the rank among its bits
-    bits = np.unpackbits(words[..., None].view(np.uint8), -1, bitorder="little")
-    return lo * 64 + np.argmax(np.cumsum(bits, -1) > within[..., None], -1)
 
 
 def _stack(eps: list, n: int, sampler) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from curi import pcg
 
-__all__ = ["candidates", "exact_set", "heads", "orders"]
+__all__ = ["candidates", "exact_set", "heads", "orders", "rounds", "select"]
 
 _ONE = np.uint64(1)
 
@@ -51,6 +51,30 @@ def heads(states, cum, concepts, counts, k):  # pragma: no cover (compiled)
         h[e] = concepts[min(np.searchsorted(cum, u[0], side="right"), len(cum) - 1)]
         ranks[e] = distinct(states[e], counts[h[e]], k)
     return h, ranks
+
+
+@numba.njit(cache=True, nogil=True)
+def select(words, h, ranks):  # pragma: no cover (compiled)
+    """(E, R) the scenes of rank ``ranks[e]`` (0-based, distinct) among the scenes of concept
+    ``h[e]`` (its packed row of `words`), as `curi.bits.select_bits` finds them: one scan
+    of the row's popcounts, up to its last rank."""
+    out = np.empty(ranks.shape, np.int64)
+    for e in range(len(h)):
+        row = words[h[e]]
+        order = np.argsort(ranks[e])
+        i, before = 0, 0
+        for w in range(len(row)):
+            n = _popcount(row[w])
+            while i < len(order) and ranks[e, order[i]] < before + n:
+                x = row[w]
+                for _ in range(ranks[e, order[i]] - before):
+                    x &= x - _ONE
+                out[e, order[i]] = 64 * w + _popcount((x & (~x + _ONE)) - _ONE)
+                i += 1
+            if i == len(order):
+                break
+            before += n
+    return out
 
 
 @numba.njit(cache=True, nogil=True)

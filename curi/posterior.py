@@ -141,15 +141,15 @@ class Posterior:
             support_ids: (E, S) scene ids.
             support_labels: (E, S) labels, 1 (or True) for positives.
         """
-        rows = self.bank.truth_by_scene[np.asarray(support_ids)]  # (E, S, ceil(H / 64))
-        lab = np.asarray(support_labels, bool)[..., None]
-        words = np.bitwise_and.reduce(np.where(lab, rows, ~np.uint64(0)), 1)  # positives
-        words &= ~np.bitwise_or.reduce(np.where(lab, np.uint64(0), rows), 1)  # negatives
-        words &= self.mask
+        from curi.posterior_loops import consistent_words as consistent
+
+        ids = np.asarray(support_ids, np.int64)
+        lab = np.asarray(support_labels, bool)
+        words = consistent(np.asarray(self.bank.truth_by_scene), ids, lab, self.mask)
         episode, idx = set_bits_rows(words)  # ascending per episode; only nonzero bytes read
         logw = self.log_prior[idx]
         if self.likelihood == "size_principle":
-            n_pos = lab[..., 0].sum(1).astype(np.float64)  # (E,)
+            n_pos = lab.sum(1).astype(np.float64)  # (E,)
             logw = logw - n_pos[episode] * self._log_size[idx]
             if self.negatives == "hard":
                 logw -= (lab.shape[1] - n_pos)[episode] * self._log_rest[idx]
@@ -215,18 +215,12 @@ class Posteriors:
     def predictive(self, bank, scene_ids: np.ndarray) -> np.ndarray:
         """(E, Q) `predictive_on` of each episode's posterior on its row of `scene_ids`
         (E, Q), equal to the bits: `predictive_on` adds its hypotheses' terms one after
-        another (its (Q, k) products are laid out hypothesis by hypothesis, so the sum runs
-        across them in order), and so does this, for all episodes of equal length at once."""
-        scene_ids = np.asarray(scene_ids)
-        out = np.zeros(scene_ids.shape)
-        lengths = np.diff(self.offsets)
-        for k, members in _by_length(lengths):
-            at = (self.offsets[members, None] + np.arange(k)).T  # (k, n)
-            idx = self.idx[at]
-            words = bank.truth_by_scene[scene_ids[members][None], (idx >> 6)[:, :, None]]
-            bits = (words >> (idx & 63).astype(np.uint64)[:, :, None]) & np.uint64(1)  # (k, n, Q)
-            out[members] = (bits.astype(bool) * self.w[at][:, :, None]).sum(0)
-        return out
+        another, and so does `curi.posterior_loops.predictive`."""
+        from curi.posterior_loops import predictive
+
+        ids = np.asarray(scene_ids, np.int64)
+        by_scene = np.asarray(bank.truth_by_scene)
+        return predictive(by_scene, self.idx, self.w, self.offsets, ids.reshape(len(self), -1))
 
 
 def _by_length(lengths: np.ndarray):

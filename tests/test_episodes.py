@@ -405,22 +405,20 @@ def test_stacked_episodes_equal_one_by_one(
 
 
 def test_select_of_many_rows_equals_select_bits():
-    """`episode_batch._select` (every episode's ranks at once) equals `select_bits` row by
-    row: full words, a lone bit in the last word, the first and last ranks of a row."""
-    from types import SimpleNamespace
-
+    """`episode_draws.select` (every episode's ranks at once) equals `select_bits` row by
+    row: full words, a lone bit in the last word, the first and last ranks of a row, ranks
+    repeated and in any order."""
     from curi.bits import select_bits
-    from curi.episode_batch import _select
+    from curi.episode_draws import select
 
     rng = np.random.default_rng(0)
     words = rng.integers(0, 2**63, (5, 7), dtype=np.int64).astype(np.uint64) << np.uint64(1)
     words[0] = np.uint64(2**64 - 1)
     words[1] = 0
     words[1, -1] = np.uint64(1 << 63)
-    cums = {h: np.bitwise_count(words[h]).cumsum(dtype=np.int32) for h in range(5)}
-    sampler = SimpleNamespace(bank=SimpleNamespace(truth_words=words), _cum_of=cums.__getitem__)
+    counts = np.bitwise_count(words).sum(1)
     h = np.array([0, 1, 2, 3, 4, 2, 0])
-    ranks = np.stack([rng.integers(0, cums[c][-1], 6) for c in h.tolist()])
-    ranks[:, 0], ranks[:, 1] = 0, [cums[c][-1] - 1 for c in h.tolist()]
+    ranks = np.stack([rng.integers(0, counts[c], 6) for c in h.tolist()])
+    ranks[:, 0], ranks[:, 1] = 0, [counts[c] - 1 for c in h.tolist()]
     want = np.stack([select_bits(words[c], r) for c, r in zip(h.tolist(), ranks, strict=True)])
-    np.testing.assert_array_equal(_select(sampler, h, ranks), want)
+    np.testing.assert_array_equal(select(words, h, ranks), want)
