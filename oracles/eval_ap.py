@@ -44,16 +44,14 @@ def oracle_aps(
 def random_aps(picks: np.ndarray, lengths: np.ndarray, m: int) -> np.ndarray:
     """(E,) `metrics.random_average_precision` of each episode from what it drew: its
     positives' ranks less 1 (``rng.choice(m, n_pos, replace=False)``), `lengths` of them
-    per episode one after another in `picks`, all episodes sorted at once (a mask of E x m)
-    and each mean summed as `np.mean` sums it (NaN without positives)."""
+    per episode one after another in `picks` (of `m` ranks), each episode's ordered and its
+    terms made by `curi.oracles.loops.rank_terms`, each mean summed as `np.mean` sums it (NaN
+    without positives)."""
+    from curi.oracles.loops import rank_terms
+
     lengths = np.asarray(lengths, np.int64)
+    terms = rank_terms(np.asarray(picks, np.int64), np.cumsum(lengths), m)
     owner = np.repeat(np.arange(len(lengths)), lengths)
-    mask = np.zeros(len(lengths) * m, bool)
-    mask[owner * m + picks] = True
-    ranked = np.flatnonzero(mask)  # episode by episode, ranks ascending
-    start = np.cumsum(lengths) - lengths
-    place = np.arange(len(ranked)) - np.repeat(start, lengths) + 1  # 1..n_pos per episode
-    terms = place / (ranked - owner * m + 1)
     with np.errstate(invalid="ignore"):
         return _segment_sums(terms, owner, len(lengths)) / lengths
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from curi import pcg
 
-__all__ = ["bit_scores", "random_oracle_draws"]
+__all__ = ["bit_scores", "random_oracle_draws", "rank_terms"]
 
 # the index of a uint64's lowest set bit from its isolated bit times a de Bruijn sequence
 _DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
@@ -86,3 +86,31 @@ def random_oracle_draws(states, n_pos, m, q):  # pragma: no cover (compiled)
         picks[ends[e] - n_pos[e] : ends[e]] = pcg.choice(s, m, n_pos[e])
         pcg.random(s, scores[e])
     return picks, scores
+
+
+@numba.njit(cache=True, nogil=True)
+def rank_terms(picks, ends, m):  # pragma: no cover (compiled)
+    """The terms of `curi.oracles.metrics.random_average_precision`'s mean, episode after
+    episode: each episode's picks (``picks[ends[e - 1]:ends[e]]``, distinct ranks less 1, of
+    `m`) in ascending order, the k-th (from 1) giving ``k / rank``. Many picks are ordered by
+    marking them on the m ranks, a few by sorting them."""
+    out = np.empty(len(picks))
+    marked = np.zeros(m, np.bool_)
+    start = 0
+    for e in range(len(ends)):
+        n = ends[e] - start
+        if n * 64 > m:
+            for p in picks[start : ends[e]]:
+                marked[p] = True
+            k = 0
+            for r in range(m):
+                if marked[r]:
+                    marked[r] = False
+                    k += 1
+                    out[start + k - 1] = k / (r + 1)
+        else:
+            ranked = np.sort(picks[start : ends[e]])
+            for k in range(n):
+                out[start + k] = (k + 1) / (ranked[k] + 1)
+        start = ends[e]
+    return out
