@@ -12,7 +12,7 @@ import multiprocessing as mp
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from curi.bank_format import FORMAT_VERSION, MANIFEST, describe, sample_sha256, 
 from curi.bits import num_words, popcount, select_bits, transpose_blocks
 from curi.concepts import parse
 from curi.executor import BitScenes, execute
-from curi.grammar import sample_concepts
+from curi.grammar import sample_chunk
 from curi.machine import available_cores
 from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
@@ -46,17 +46,12 @@ def build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
             cfg.num_scenes, cfg.seed, camera=cfg.camera, layout=cfg.layout, progress=progress
         )
         bs = BitScenes.from_scenes(scenes, location_bins=cfg.location_bins)
-    with _timed(timings, "sampling"):
-        draws = sample_concepts(
-            cfg.num_draws,
-            cfg.seed,
-            max_depth=cfg.max_depth,
-            attempts=cfg.attempts,
-            progress=progress,
-        )
-    with _timed(timings, "rejection"):
-        first, reasons, candidates = _candidates(draws)
-        texts = list(candidates)
+    with worker_pool(mp.get_context("fork"), workers) if workers > 1 else nullcontext() as pool:
+        with _timed(timings, "sampling"):
+            draws = _sample(cfg, pool, progress)
+        with _timed(timings, "rejection"):
+            first, reasons, candidates = _candidates(draws, pool)
+    texts = list(candidates)
     with _timed(timings, "execution"):
         lo, hi = cfg.min_positives, int(np.ceil(cfg.max_fraction * cfg.num_scenes))
         counts, chunks = _run_execution(texts, bs, lo, hi, workers, progress)
@@ -101,23 +96,68 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
     timings[stage] = time.perf_counter() - t
 
 
-def _candidates(draws) -> tuple[dict[str, float], Counter, dict[str, tuple[float, int]]]:
-    """(first log-probability of each distinct draw, static rejections by reason, the
-    collapsed postfix of each concept kept -> (log-probability, length)). Static rejection,
-    collapse and de-duplication come before execution: collapsing never changes a concept's
-    truth, so filtering then collapsing (the paper's order) keeps the same set."""
-    first: dict[str, float] = {}
-    for text, logp in draws:
-        first.setdefault(text, logp)
-    reasons: Counter[str] = Counter()
-    candidates: dict[str, tuple[float, int]] = {}
-    for text, logp in first.items():
+_DRAW_CHUNK = 100_000  # draws of one grammar stream (`sample_concepts`' chunk)
+
+
+def _sample(cfg: BankConfig, pool, progress: bool) -> list[tuple[str, float]]:
+    """`sample_concepts`'s draws, its chunks (each its own stream) drawn by `pool`'s workers
+    (or here, without a pool)."""
+    tasks = [
+        (c, min(_DRAW_CHUNK, cfg.num_draws - c * _DRAW_CHUNK), cfg)
+        for c in range(-(-cfg.num_draws // _DRAW_CHUNK))
+    ]
+    out: list[tuple[str, float]] = []
+    with _bar(progress, cfg.num_draws, "sampling", "draw") as bar:
+        for task, got in zip(tasks, _map(pool, _sample_chunk, tasks), strict=True):
+            out += got
+            bar.update(task[1])
+    return out
+
+
+def _sample_chunk(task: tuple[int, int, BankConfig]) -> list[tuple[str, float]]:
+    c, m, cfg = task
+    return sample_chunk(c, m, cfg.seed, max_depth=cfg.max_depth, attempts=cfg.attempts)
+
+
+def _map(pool, fn, tasks: list):
+    """``fn`` of every task, in order: by the pool's workers, or here without one."""
+    return map(fn, tasks) if pool is None else pool.imap(fn, tasks)
+
+
+def _screen(texts: list[str]) -> list[tuple[str | None, str, int]]:
+    """(static rejection reason or None, the collapsed postfix, its length) of each draw."""
+    out = []
+    for text in texts:
         c = parse(text)
         why = static_rejection(c)
         if why is not None:
+            out.append((why, "", 0))
+        else:
+            collapsed = c.collapsed()
+            out.append((None, collapsed.postfix(), len(collapsed)))
+    return out
+
+
+def _candidates(draws, pool) -> tuple[dict[str, float], Counter, dict[str, tuple[float, int]]]:
+    """(first log-probability of each distinct draw, static rejections by reason, the
+    collapsed postfix of each concept kept -> (log-probability, length)); the distinct draws
+    are screened in slices by `pool`'s workers. Static rejection, collapse and
+    de-duplication come before execution: collapsing never changes a concept's truth, so
+    filtering then collapsing (the paper's order) keeps the same set."""
+    first: dict[str, float] = {}
+    for text, logp in draws:
+        first.setdefault(text, logp)
+    texts = list(first)
+    size = -(-len(texts) // 16) or 1
+    slices = [texts[i : i + size] for i in range(0, len(texts), size)]
+    reasons: Counter[str] = Counter()
+    candidates: dict[str, tuple[float, int]] = {}
+    screened = (x for part in _map(pool, _screen, slices) for x in part)
+    for logp, (why, postfix, length) in zip(first.values(), screened, strict=True):
+        if why is not None:
             reasons[why] += 1
             continue
-        candidates.setdefault(c.collapsed().postfix(), (logp, len(c.collapsed())))
+        candidates.setdefault(postfix, (logp, length))
     return first, reasons, candidates
 
 

@@ -10,7 +10,7 @@ import random
 from curi.rng import derive_rng
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 
-__all__ = ["RULES", "CONSTANTS", "sample_concepts", "MAX_DEPTH", "ATTEMPTS"]
+__all__ = ["RULES", "CONSTANTS", "sample_chunk", "sample_concepts", "MAX_DEPTH", "ATTEMPTS"]
 
 MAX_DEPTH = 6  # a non-terminal expanded at this depth fails
 ATTEMPTS = 12  # tries per child before its parent fails
@@ -125,6 +125,21 @@ class _Sampler:
         return tokens, logp
 
 
+def sample_chunk(
+    c: int, m: int, seed: int, *, max_depth: int = MAX_DEPTH, attempts: int = ATTEMPTS
+) -> list[tuple[str, float]]:
+    """The successful draws among the first `m` draws of chunk `c`'s own stream
+    (`sample_concepts` is chunk after chunk of these, so chunks can be drawn apart)."""
+    stream_seed = int(derive_rng(seed, "grammar", c).integers(2**63))
+    sampler = _Sampler(random.Random(stream_seed), max_depth, attempts)
+    out = []
+    for _ in range(m):
+        got = sampler.expand("START", 0)
+        if got is not None:
+            out.append((" ".join(got[0]), got[1]))
+    return out
+
+
 def sample_concepts(
     n: int,
     seed: int,
@@ -159,13 +174,8 @@ def sample_concepts(
 
         bar = tqdm(total=n, desc="sampling", unit="draw", unit_scale=True)
     for c in range(-(-n // chunk)):
-        stream_seed = int(derive_rng(seed, "grammar", c).integers(2**63))
-        sampler = _Sampler(random.Random(stream_seed), max_depth, attempts)
         m = min(chunk, n - c * chunk)
-        for _ in range(m):
-            got = sampler.expand("START", 0)
-            if got is not None:
-                out.append((" ".join(got[0]), got[1]))
+        out += sample_chunk(c, m, seed, max_depth=max_depth, attempts=attempts)
         if bar is not None:
             bar.update(m)
     if bar is not None:
