@@ -77,30 +77,18 @@ class _Groups:
 # --- up to 8 groups: the scenes counted per signature ---------------------------------------
 def _by_cells(ev: EvalSet, g: _Groups, eps: np.ndarray, labels: np.ndarray):
     """(APs, which of `eps` they are for): the partition of the evaluation set by each
-    episode's groups, split group by group on packed rows (each cell's score the weights of
-    its groups added in order from 0), then `metrics.ap_from_counts`; an episode whose cells
-    outgrow `_MAX_CELLS` is left out (scored from its scenes' scores)."""
+    episode's groups (`curi.oracles.loops.cells`: each cell's score the weights of its
+    groups added in order from 0), then `metrics.ap_from_counts`; an episode with more than
+    `_MAX_CELLS` cells is left out (scored from its scenes' scores)."""
+    from curi.oracles.loops import cells
+
     if len(eps) == 0:
         return np.zeros(0), np.zeros(0, bool)
-    words = np.repeat(ev.all_scenes[None], len(eps), 0)  # (K, W) one cell per episode
-    owner, score = np.arange(len(eps)), np.zeros(len(eps))
-    fits = np.ones(len(eps), bool)
-    for s in range(_CELL_MAX_GROUPS):
-        act = g.count[eps[owner]] > s
-        if not act.any():
-            break
-        gi = g.start[eps[owner[act]]] + s
-        row = ev.rows[g.rep[gi]]
-        inside, outside = words[act] & row, words[act] & ~row
-        words = np.concatenate([words[~act], inside, outside])
-        owner = np.concatenate([owner[~act], owner[act], owner[act]])
-        score = np.concatenate([score[~act], score[act] + g.w[gi], score[act]])
-        keep = np.bitwise_count(words).sum(1) > 0
-        fits &= np.bincount(owner[keep], minlength=len(eps)) <= _MAX_CELLS
-        keep &= fits[owner]
-        words, owner, score = words[keep], owner[keep], score[keep]
-    n_tot = np.bitwise_count(words).sum(1)
-    n_pos = np.bitwise_count(words & labels[owner]).sum(1)
+    members, _, _ = _members(g, eps)
+    count = g.count[eps]
+    start = np.cumsum(count) - count
+    args = (ev.rows, ev.all_scenes, labels, g.rep[members], g.w[members], start, count)
+    fits, owner, score, n_pos, n_tot = cells(*args, _MAX_CELLS)
     return _ap_from_counts(owner, score, n_pos, n_tot, len(eps))[fits], fits
 
 

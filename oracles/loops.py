@@ -10,7 +10,7 @@ import numpy as np
 
 from curi import pcg
 
-__all__ = ["bit_scores", "random_oracle_draws", "rank_terms"]
+__all__ = ["bit_scores", "cells", "random_oracle_draws", "rank_terms"]
 
 # the index of a uint64's lowest set bit from its isolated bit times a de Bruijn sequence
 _DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
@@ -114,3 +114,71 @@ def rank_terms(picks, ends, m):  # pragma: no cover (compiled)
                 out[start + k] = (k + 1) / (ranked[k] + 1)
         start = ends[e]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _popcount(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@numba.njit(cache=True, nogil=True)
+def cells(rows, all_scenes, labels, reps, weights, start, count, max_cells):  # pragma: no cover
+    """The partition of the evaluation set by each episode's groups (at most 8; episode e's
+    are ``reps[start[e]:start[e] + count[e]]``, rows of `rows`, weighing `weights`): for
+    every signature (which groups hold a scene) that some scene has, its score (the weights
+    of its groups added in order from 0.0) and its scenes and positives (``labels[e]``).
+    Each word of scenes is split group by group, empty parts dropped. Returns ((n,) whether
+    an episode has at most `max_cells` signatures, and (owner, score, n_pos, n_tot) of the
+    signatures of those that do)."""
+    n = len(start)
+    fits = np.zeros(n, np.bool_)
+    owner = np.empty(n * max_cells, np.int64)
+    score = np.empty(n * max_cells)
+    n_pos = np.empty(n * max_cells, np.int64)
+    n_tot = np.empty(n * max_cells, np.int64)
+    tot, pos = np.zeros(256, np.int64), np.zeros(256, np.int64)
+    stack_v = np.empty(32, np.uint64)
+    stack_d = np.empty(32, np.int64)
+    stack_s = np.empty(32, np.int64)
+    out = 0
+    for e in range(n):
+        g0, k = start[e], count[e]
+        tot[:] = 0
+        pos[:] = 0
+        for w in range(len(all_scenes)):
+            top = 0
+            stack_v[0], stack_d[0], stack_s[0] = all_scenes[w], 0, 0
+            while top >= 0:
+                v, d, sig = stack_v[top], stack_d[top], stack_s[top]
+                top -= 1
+                if d == k:
+                    tot[sig] += _popcount(v)
+                    pos[sig] += _popcount(v & labels[e, w])
+                    continue
+                row = rows[reps[g0 + d], w]
+                inside, outside = v & row, v & ~row
+                if outside:
+                    top += 1
+                    stack_v[top], stack_d[top], stack_s[top] = outside, d + 1, sig
+                if inside:
+                    top += 1
+                    stack_v[top], stack_d[top], stack_s[top] = inside, d + 1, sig | (1 << d)
+        found = 0
+        for sig in range(1 << k):
+            if tot[sig]:
+                found += 1
+        if found > max_cells:
+            continue
+        fits[e] = True
+        for sig in range(1 << k):
+            if tot[sig]:
+                s = 0.0
+                for d in range(k):
+                    if sig >> d & 1:
+                        s += weights[g0 + d]
+                owner[out], score[out], n_pos[out], n_tot[out] = e, s, pos[sig], tot[sig]
+                out += 1
+    return fits, owner[:out], score[:out], n_pos[:out], n_tot[:out]
