@@ -162,6 +162,15 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
 
 
 @numba.njit(cache=True, nogil=True)
+def _among(c, values, n):
+    """Whether c is one of ``values[:n]`` (a few dozen: a scan beats a hash set)."""
+    for i in range(n):
+        if values[i] == c:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
 def rounds(cand, at, used, k, size, max_rounds, alt, h, by_scene, words):  # pragma: no cover
     """((A, k) negatives, (A,) where each set's rounds end, (A,) found) of one set of A
     episodes, found round after round of `size` candidates from ``cand[a, at[a]:]`` as the
@@ -172,8 +181,10 @@ def rounds(cand, at, used, k, size, max_rounds, alt, h, by_scene, words):  # pra
     round of its k-th. A set whose rounds outrun the candidates is not found."""
     got = np.full((len(cand), k), -1, np.int64)
     end, ok = at.copy(), np.zeros(len(cand), np.bool_)
+    seen = np.empty(used.shape[1] + k, np.int64)  # the used scenes, then those kept
     for a in range(len(cand)):
-        seen = set(used[a])
+        seen[: used.shape[1]] = used[a]
+        n_seen = used.shape[1]
         count, r, hh = 0, 0, h[a]
         h_word, h_bit = hh >> 6, _ONE << np.uint64(hh & 63)
         while max_rounds < 0 or r < max_rounds:
@@ -193,8 +204,9 @@ def rounds(cand, at, used, k, size, max_rounds, alt, h, by_scene, words):  # pra
                                 hit = True
                                 break
                         passes = hit
-                if passes and c not in seen:
-                    seen.add(c)
+                if passes and not _among(c, seen, n_seen):
+                    seen[n_seen] = c
+                    n_seen += 1
                     got[a, count] = c
                     count += 1
                     if count == k:
