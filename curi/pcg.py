@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["STATE_WORDS", "choice", "integers", "permutation", "random", "states_of"]
+__all__ = ["STATE_WORDS", "choice", "integers", "permutation", "random", "seeded", "states_of"]
 
 STATE_WORDS = 6
 _M32 = np.uint64(0xFFFFFFFF)
@@ -148,6 +148,24 @@ def choice(s, pop, size):
         seen.add(v)
         out[j - pop + size] = v
     _shuffle(s, out, 1, True)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def seeded(words):  # pragma: no cover (compiled)
+    """(n, `STATE_WORDS`) states of PCG64 seeded as numpy seeds it from SeedSequence's eight
+    32-bit words of each of n streams (``words`` (8, n) uint64): state = (inc + seed) * MULT
+    + inc, inc odd."""
+    out = np.zeros((words.shape[1], STATE_WORDS), np.uint64)
+    for e in range(words.shape[1]):
+        seed_hi, seed_lo = words[0, e] | words[1, e] << _S32, words[2, e] | words[3, e] << _S32
+        inc_hi, inc_lo = words[4, e] | words[5, e] << _S32, words[6, e] | words[7, e] << _S32
+        inc_hi, inc_lo = inc_hi << _U1 | inc_lo >> _S63, inc_lo << _U1 | _U1
+        lo = inc_lo + seed_lo
+        s = out[e]
+        s[0] = inc_hi + seed_hi + (_U1 if lo < inc_lo else _U0)
+        s[1], s[2], s[3] = lo, inc_hi, inc_lo
+        _step(s)
     return out
 
 

@@ -109,8 +109,19 @@ class DerivedStream:
         return ((inc + seed) * _PCG_MULT + inc) & _M128, inc
 
     def _states(self, start: int, stop: int) -> list[tuple[int, int]]:
-        """`_state` of every i in [start, stop), its 32-bit hashing done on arrays at once (the
-        same integer operations, wrapping mod 2**64 and then masked as `_state` masks)."""
+        """`_state` of every i in [start, stop), its 32-bit hashing done on arrays at once."""
+        out = []
+        w = [a.tolist() for a in self._seed_words(start, stop)]
+        for w0, w1, w2, w3, w4, w5, w6, w7 in zip(*w, strict=True):
+            seed = (w0 | w1 << 32) << 64 | w2 | w3 << 32
+            inc = ((((w4 | w5 << 32) << 64 | w6 | w7 << 32) << 1) | 1) & _M128
+            out.append((((inc + seed) * _PCG_MULT + inc) & _M128, inc))
+        return out
+
+    def _seed_words(self, start: int, stop: int) -> np.ndarray:
+        """(8, stop - start) uint64: the eight 32-bit words SeedSequence generates for every i
+        in [start, stop) (`_state`'s hashing on arrays: the same integer operations, wrapping
+        mod 2**64 and then masked as `_state` masks)."""
         i = np.arange(start, stop, dtype=np.uint64)
         m32 = np.uint64(_M32)
 
@@ -128,13 +139,7 @@ class DerivedStream:
             m[2] = mixed(m[2], np.uint64(c))
         for src, dst, x, a in self._steps:
             m[dst] = mixed(m[dst], hashed(m[src], x, a))
-        w = [hashed(m[k & 3], x, a).tolist() for k, (x, a) in enumerate(_OUT_HASHES)]
-        out = []
-        for w0, w1, w2, w3, w4, w5, w6, w7 in zip(*w, strict=True):
-            seed = (w0 | w1 << 32) << 64 | w2 | w3 << 32
-            inc = ((((w4 | w5 << 32) << 64 | w6 | w7 << 32) << 1) | 1) & _M128
-            out.append((((inc + seed) * _PCG_MULT + inc) & _M128, inc))
-        return out
+        return np.stack([hashed(m[k & 3], x, a) for k, (x, a) in enumerate(_OUT_HASHES)])
 
     def _state_of(self, i: int) -> tuple[int, int]:
         """`_state(i)`, from a block of `_BLOCK` states computed at once when i follows the
@@ -153,7 +158,7 @@ class DerivedStream:
         """(stop - start, `curi.pcg.STATE_WORDS`) uint64: the fresh PCG64 state of
         ``rng(i)`` for every i in [start, stop), for loops that draw from many streams at once
         (`curi.pcg`)."""
-        from curi.pcg import states_of
+        from curi.pcg import seeded, states_of
 
         if self.seed > _M32 or stop - 1 > _M32:
             pairs = []
@@ -161,7 +166,7 @@ class DerivedStream:
                 st = derive_rng(self.seed, self.purpose, i).bit_generator.state["state"]
                 pairs.append((st["state"], st["inc"]))
             return states_of(pairs)
-        return states_of(self._states(start, stop))
+        return seeded(self._seed_words(start, stop))
 
     def rng(self, i: int) -> np.random.Generator:
         """A generator that draws what ``derive_rng(seed, purpose, i)`` draws."""
