@@ -47,10 +47,10 @@ def random_aps(picks: np.ndarray, lengths: np.ndarray, m: int) -> np.ndarray:
     per episode one after another in `picks` (of `m` ranks), each episode's ordered and its
     terms made by `curi.oracles.loops.rank_terms`, each mean summed as `np.mean` sums it (NaN
     without positives)."""
-    from curi.oracles.loops import rank_terms
+    from curi.oracles.loops import _LOWEST_BIT, rank_terms
 
     lengths = np.asarray(lengths, np.int64)
-    terms = rank_terms(np.asarray(picks, np.int64), np.cumsum(lengths), m)
+    terms = rank_terms(np.asarray(picks, np.int64), np.cumsum(lengths), m, _LOWEST_BIT)
     owner = np.repeat(np.arange(len(lengths)), lengths)
     with np.errstate(invalid="ignore"):
         return _segment_sums(terms, owner, len(lengths)) / lengths

@@ -89,29 +89,27 @@ def random_oracle_draws(states, n_pos, m, q):  # pragma: no cover (compiled)
 
 
 @numba.njit(cache=True, nogil=True)
-def rank_terms(picks, ends, m):  # pragma: no cover (compiled)
+def rank_terms(picks, ends, m, lowest_bit):  # pragma: no cover (compiled)
     """The terms of `curi.oracles.metrics.random_average_precision`'s mean, episode after
     episode: each episode's picks (``picks[ends[e - 1]:ends[e]]``, distinct ranks less 1, of
-    `m`) in ascending order, the k-th (from 1) giving ``k / rank``. Many picks are ordered by
-    marking them on the m ranks, a few by sorting them."""
+    `m`) in ascending order, the k-th (from 1) giving ``k / rank``: the picks set as bits of
+    m, read back word by word (`lowest_bit`: `_LOWEST_BIT`)."""
     out = np.empty(len(picks))
-    marked = np.zeros(m, np.bool_)
+    marked = np.zeros((m + 63) // 64, np.uint64)
     start = 0
     for e in range(len(ends)):
-        n = ends[e] - start
-        if n * 64 > m:
-            for p in picks[start : ends[e]]:
-                marked[p] = True
-            k = 0
-            for r in range(m):
-                if marked[r]:
-                    marked[r] = False
-                    k += 1
-                    out[start + k - 1] = k / (r + 1)
-        else:
-            ranked = np.sort(picks[start : ends[e]])
-            for k in range(n):
-                out[start + k] = (k + 1) / (ranked[k] + 1)
+        for p in picks[start : ends[e]]:
+            marked[p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+        k = start
+        for w in range(len(marked)):
+            x = marked[w]
+            marked[w] = 0
+            while x:
+                low = x & (~x + np.uint64(1))
+                r = 64 * w + lowest_bit[(low * _DE_BRUIJN) >> np.uint64(58)]
+                out[k] = (k - start + 1) / (r + 1)
+                k += 1
+                x ^= low
         start = ends[e]
     return out
 
