@@ -10,7 +10,7 @@ import numpy as np
 
 from curi import pcg
 
-__all__ = ["bit_scores", "cells", "random_oracle_draws", "rank_terms"]
+__all__ = ["bit_scores", "byte_terms", "cells", "random_oracle_draws", "rank_terms"]
 
 # the index of a uint64's lowest set bit from its isolated bit times a de Bruijn sequence
 _DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
@@ -180,3 +180,17 @@ def cells(rows, all_scenes, labels, reps, weights, start, count, max_cells):  # 
                 owner[out], score[out], n_pos[out], n_tot[out] = e, s, pos[sig], tot[sig]
                 out += 1
     return fits, owner[:out], score[:out], n_pos[:out], n_tot[:out]
+
+
+@numba.njit(cache=True, nogil=True)
+def byte_terms(row_bytes, scenes, tables):  # pragma: no cover (compiled)
+    """(len(scenes), B) the table entry of each of the first B bytes of each scene's row
+    (``row_bytes``: the scene-major truth as bytes; ``tables``: B tables of 256 entries one
+    after another): the terms `PriorOnlyOracle.predictive` sums."""
+    n_bytes = len(tables) // 256
+    out = np.empty((len(scenes), n_bytes))
+    for i in range(len(scenes)):
+        row = row_bytes[scenes[i]]
+        for b in range(n_bytes):
+            out[i, b] = tables[256 * b + row[b]]
+    return out

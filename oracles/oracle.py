@@ -96,10 +96,11 @@ class PriorOnlyOracle(Oracle):
         ids = np.asarray(scene_ids, np.int64)
         missing = np.unique(ids[np.isnan(self._cache[ids])])
         if len(missing):
-            tables, at = self._byte_tables()
-            rows = np.ascontiguousarray(self.bank.truth_by_scene[missing], "<u8")  # (k, W)
-            codes = rows.view(np.uint8)[:, : len(at)] + at  # (k, B) positions in the tables
-            self._cache[missing] = tables.take(codes).sum(1)
+            from curi.oracles.loops import byte_terms
+
+            row_bytes = np.ascontiguousarray(self.bank.truth_by_scene, "<u8").view(np.uint8)
+            terms = byte_terms(row_bytes, missing, self._byte_tables())  # (k, B)
+            self._cache[missing] = terms.sum(1)
         return self._cache[ids]
 
     def eval_average_precision(self, ev: EvalSet, concept: int) -> float:
@@ -125,13 +126,13 @@ class PriorOnlyOracle(Oracle):
         shared[:] = self._cache
         self._cache = shared
 
-    def _byte_tables(self) -> tuple[np.ndarray, np.ndarray]:
+    def _byte_tables(self) -> np.ndarray:
         """(B * 256,) the prior mass of each byte value of each of the B bytes of a
-        scene-major row (8 concepts each), and (B,) where each byte's table starts."""
+        scene-major row (8 concepts each), byte after byte."""
         if self._tables is None:
             n = len(self.bank)
             w = np.zeros(-(-n // 8) * 8)
             w[self.hypotheses] = self._w
             # multiply-sum, not `@`: BLAS would wake its threads in every worker of the gap report
             self._tables = (w.reshape(-1, 1, 8) * _BYTE_BITS).sum(-1).reshape(-1)  # (B * 256,)
-        return self._tables, np.arange(0, len(self._tables), 256, dtype=np.intp)
+        return self._tables
