@@ -24,17 +24,59 @@ def _popcount(x):
 
 
 @numba.njit(cache=True, nogil=True)
+def _upper_bound(a, x):
+    """The first index of the sorted `a` whose value exceeds x (``np.searchsorted`` right)."""
+    lo, hi = 0, len(a)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _insert(values, n, v):
+    """Insert v into the ascending, distinct ``values[:n]`` unless it is there; the new n."""
+    i = n
+    while i > 0 and values[i - 1] > v:
+        i -= 1
+    if i > 0 and values[i - 1] == v:
+        return n
+    for j in range(n, i, -1):
+        values[j] = values[j - 1]
+    values[i] = v
+    return n + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _among(c, values, n):
+    """Whether c is one of ``values[:n]`` (a few dozen: a scan beats a hash set)."""
+    for i in range(n):
+        if values[i] == c:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
 def distinct(s, n, k):
-    """`curi.episodes._distinct`: k distinct integers of [0, n) in random order (k <= n)."""
+    """`curi.episodes._distinct`: k distinct integers of [0, n) in random order (k <= n):
+    the distinct values of 2k draws, ascending, more draws of k merged in until k are found,
+    then shuffled (a few dozen values: kept sorted by insertion)."""
     if 4 * k > n:
         return pcg.permutation(s, n)[:k].copy()
+    found = np.empty(2 * k, np.int64)  # fewer than k, then k more draws: under 2k
     draw = np.empty(2 * k, np.int64)
     pcg.integers(s, n, draw)
-    out = np.unique(draw)
-    while len(out) < k:
-        draw = np.empty(k, np.int64)
-        pcg.integers(s, n, draw)
-        out = np.unique(np.concatenate((draw, out)))
+    m = 0
+    for v in draw:
+        m = _insert(found, m, v)
+    while m < k:
+        pcg.integers(s, n, draw[:k])
+        for v in draw[:k]:
+            m = _insert(found, m, v)
+    out = found[:m].copy()
     pcg._shuffle(s, out, 1, False)  # `rng.shuffle`
     return out[:k].copy()
 
@@ -48,20 +90,28 @@ def heads(states, cum, concepts, counts, k):  # pragma: no cover (compiled)
     u = np.empty(1)
     for e in range(len(states)):
         pcg.random(states[e], u)
-        h[e] = concepts[min(np.searchsorted(cum, u[0], side="right"), len(cum) - 1)]
-        ranks[e] = distinct(states[e], counts[h[e]], k)
+        h[e] = concepts[min(_upper_bound(cum, u[0]), len(cum) - 1)]
+        drawn = distinct(states[e], counts[h[e]], k)
+        for j in range(k):  # (element by element: an array assignment compiles slowly)
+            ranks[e, j] = drawn[j]
     return h, ranks
 
 
 @numba.njit(cache=True, nogil=True)
 def select(words, h, ranks):  # pragma: no cover (compiled)
-    """(E, R) the scenes of rank ``ranks[e]`` (0-based, distinct) among the scenes of concept
-    ``h[e]`` (its packed row of `words`), as `curi.bits.select_bits` finds them: one scan
-    of the row's popcounts, up to its last rank."""
+    """(E, R) the scenes of rank ``ranks[e]`` (0-based) among the scenes of concept ``h[e]``
+    (its packed row of `words`), as `curi.bits.select_bits` finds them: one scan of the row's
+    popcounts, up to its last rank."""
     out = np.empty(ranks.shape, np.int64)
+    order = np.empty(ranks.shape[1], np.int64)
     for e in range(len(h)):
         row = words[h[e]]
-        order = np.argsort(ranks[e])
+        for j in range(len(order)):  # the ranks' positions, by rank (insertion sort)
+            i = j
+            while i > 0 and ranks[e, order[i - 1]] > ranks[e, j]:
+                order[i] = order[i - 1]
+                i -= 1
+            order[i] = j
         i, before = 0, 0
         for w in range(len(row)):
             n = _popcount(row[w])
@@ -83,8 +133,10 @@ def orders(states, n):  # pragma: no cover (compiled)
     s_perm = np.empty((len(states), n), np.int64)
     q_perm = np.empty((len(states), n), np.int64)
     for e in range(len(states)):
-        s_perm[e] = pcg.permutation(states[e], n)
-        q_perm[e] = pcg.permutation(states[e], n)
+        s_order = pcg.permutation(states[e], n)
+        q_order = pcg.permutation(states[e], n)
+        for j in range(n):
+            s_perm[e, j], q_perm[e, j] = s_order[j], q_order[j]
     return s_perm, q_perm
 
 
@@ -137,7 +189,7 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
     out = np.empty(k, np.int64)
     if take:
         for i, r in enumerate(distinct(s, total, take)):
-            w = np.searchsorted(cum, r, side="right")
+            w = _upper_bound(cum, r)
             within = r - (cum[w] - _popcount(pool[w]))
             x = pool[w]
             for _ in range(within):
@@ -145,29 +197,24 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
             out[i] = 64 * w + _popcount((x & (~x + _ONE)) - _ONE)
     got = take
     if got < k:  # the pool is too small: random scenes not satisfying h
-        seen = set(used)
+        seen = np.empty(len(used) + k, np.int64)  # the used scenes, then those kept
+        for i in range(len(used)):
+            seen[i] = used[i]
         for i in range(got):
-            seen.add(out[i])
+            seen[len(used) + i] = out[i]
+        n_seen = len(used) + got
         draw = np.empty(2 * (k - take) + 8, np.int64)
         while got < k:
             pcg.integers(s, n, draw)
             for c in draw:
-                if _not_h(row, c) and c not in seen:
-                    seen.add(c)
+                if _not_h(row, c) and not _among(c, seen, n_seen):
+                    seen[n_seen] = c
+                    n_seen += 1
                     out[got] = c
                     got += 1
                     if got == k:
                         break
     return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _among(c, values, n):
-    """Whether c is one of ``values[:n]`` (a few dozen: a scan beats a hash set)."""
-    for i in range(n):
-        if values[i] == c:
-            return True
-    return False
 
 
 @numba.njit(cache=True, nogil=True)
@@ -183,7 +230,8 @@ def rounds(cand, at, used, k, size, max_rounds, alt, h, by_scene, words):  # pra
     end, ok = at.copy(), np.zeros(len(cand), np.bool_)
     seen = np.empty(used.shape[1] + k, np.int64)  # the used scenes, then those kept
     for a in range(len(cand)):
-        seen[: used.shape[1]] = used[a]
+        for i in range(used.shape[1]):  # (element by element: a slice assignment compiles slowly)
+            seen[i] = used[a, i]
         n_seen = used.shape[1]
         count, r, hh = 0, 0, h[a]
         h_word, h_bit = hh >> 6, _ONE << np.uint64(hh & 63)

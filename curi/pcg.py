@@ -140,12 +140,12 @@ def choice(s, pop, size):
         _shuffle(s, x, max(pop - size, 1), True)
         return x[pop - size :].copy()
     out = np.empty(size, np.int64)
-    seen = set()
+    seen = np.zeros((pop + 63) // 64, np.uint64)  # the values taken, as bits
     for j in range(pop - size, pop):
         v = np.int64(_bounded(s, np.uint64(j)))
-        if v in seen:
+        if seen[v >> 6] >> np.uint64(v & 63) & _U1:
             v = j
-        seen.add(v)
+        seen[v >> 6] |= _U1 << np.uint64(v & 63)
         out[j - pop + size] = v
     _shuffle(s, out, 1, True)
     return out

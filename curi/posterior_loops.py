@@ -20,7 +20,8 @@ def consistent_words(by_scene, ids, labels, mask):  # pragma: no cover (compiled
     out = np.empty((ids.shape[0], by_scene.shape[1]), np.uint64)
     for e in range(ids.shape[0]):
         words = out[e]
-        words[:] = mask
+        for w in range(len(words)):
+            words[w] = mask[w]
         for j in range(ids.shape[1]):  # row by row: each read in order
             row = by_scene[ids[e, j]]
             if labels[e, j]:

@@ -83,7 +83,9 @@ def random_oracle_draws(states, n_pos, m, q):  # pragma: no cover (compiled)
     scores = np.empty((len(n_pos), q))
     for e in range(len(n_pos)):
         s = states[e]
-        picks[ends[e] - n_pos[e] : ends[e]] = pcg.choice(s, m, n_pos[e])
+        drawn = pcg.choice(s, m, n_pos[e])
+        for j in range(n_pos[e]):  # (element by element: an array assignment compiles slowly)
+            picks[ends[e] - n_pos[e] + j] = drawn[j]
         pcg.random(s, scores[e])
     return picks, scores
 
@@ -144,8 +146,8 @@ def cells(rows, all_scenes, labels, reps, weights, start, count, max_cells):  # 
     out = 0
     for e in range(n):
         g0, k = start[e], count[e]
-        tot[:] = 0
-        pos[:] = 0
+        for sig in range(256):
+            tot[sig], pos[sig] = 0, 0
         for w in range(len(all_scenes)):
             top = 0
             stack_v[0], stack_d[0], stack_s[0] = all_scenes[w], 0, 0
