@@ -14,6 +14,7 @@ from curi.posterior import Posteriors
 __all__ = ["oracle_aps", "random_aps"]
 
 _EPISODE_SHIFT = 42  # episode << 42 | rint(score * 1e12): scores lie in [0, ~1], under 2**41
+_KEY_MASK = (1 << _EPISODE_SHIFT) - 1
 
 
 def oracle_aps(
@@ -119,18 +120,17 @@ def _by_scores(ev: EvalSet, g: _Groups, eps, concepts, labels) -> np.ndarray:
     as in `metrics._ap_of_scores`."""
     m, n = len(ev), len(eps)
     scored = _Scored(ev, g, eps)
-    pe, key, scores = scored.bits(labels, np.arange(n))  # every positive
-    order = np.lexsort((key, pe))
-    pe, key, scores = pe[order], key[order], scores[order]
-    at = _runs(pe, key)
-    t_ep, t_key = pe[at], key[at]  # one threshold per (episode, distinct positive score)
-    pos_at = np.diff(np.r_[at, len(pe)])
-    tp_ge = _segment_cumsum(pos_at[::-1], t_ep[::-1])[::-1]  # positives at or above
+    pe, key, scores = scored.bits(labels, np.arange(n))  # every positive, episode by episode
     lowest = np.full(n, np.inf)  # each episode's lowest positive score that rounds above 0
-    above_0 = np.flatnonzero(key > 0)  # in runs of episodes (sorted): a min per run
+    above_0 = np.flatnonzero(key > 0)  # in runs of episodes: a min per run
     if len(above_0):
         run = _runs(pe[above_0])
         lowest[pe[above_0[run]]] = np.minimum.reduceat(scores[above_0], run)
+    ranked = np.sort((pe << _EPISODE_SHIFT) | key)  # by episode, then key
+    at = _runs(ranked)  # one threshold per (episode, distinct positive score)
+    t_ep, t_key = ranked[at] >> _EPISODE_SHIFT, ranked[at] & _KEY_MASK
+    pos_at = np.diff(np.r_[at, len(pe)])
+    tp_ge = _segment_cumsum(pos_at[::-1], t_ep[::-1])[::-1]  # positives at or above
     ce, c_key, _ = scored.bits(*_candidates(ev, g, eps, _heavy(g, eps, lowest), labels))
     ordered = np.sort((ce << _EPISODE_SHIFT) | c_key)
     ends = np.cumsum(np.bincount(ce, minlength=n))
