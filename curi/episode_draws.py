@@ -9,18 +9,11 @@ import numba
 import numpy as np
 
 from curi import pcg
+from curi.bit_loops import lowest, popcount
 
 __all__ = ["candidates", "exact_set", "heads", "orders", "rounds", "select"]
 
 _ONE = np.uint64(1)
-
-
-@numba.njit(cache=True, nogil=True)
-def _popcount(x):
-    x = x - ((x >> _ONE) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -114,12 +107,12 @@ def select(words, h, ranks):  # pragma: no cover (compiled)
             order[i] = j
         i, before = 0, 0
         for w in range(len(row)):
-            n = _popcount(row[w])
+            n = popcount(row[w])
             while i < len(order) and ranks[e, order[i]] < before + n:
                 x = row[w]
                 for _ in range(ranks[e, order[i]] - before):
                     x &= x - _ONE
-                out[e, order[i]] = 64 * w + _popcount((x & (~x + _ONE)) - _ONE)
+                out[e, order[i]] = 64 * w + lowest(x)
                 i += 1
             if i == len(order):
                 break
@@ -171,7 +164,7 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
         x = alt[a_word]
         while x:
             low = x & (~x + _ONE)
-            a = 64 * a_word + _popcount(low - _ONE)
+            a = 64 * a_word + lowest(low)
             for w in range(n_words):
                 pool[w] |= words[a, w]
             x ^= low
@@ -183,18 +176,18 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
     cum = np.empty(n_words, np.int64)
     total = 0
     for w in range(n_words):
-        total += _popcount(pool[w])
+        total += popcount(pool[w])
         cum[w] = total
     take = min(total, k)
     out = np.empty(k, np.int64)
     if take:
         for i, r in enumerate(distinct(s, total, take)):
             w = _upper_bound(cum, r)
-            within = r - (cum[w] - _popcount(pool[w]))
+            within = r - (cum[w] - popcount(pool[w]))
             x = pool[w]
             for _ in range(within):
                 x &= x - _ONE
-            out[i] = 64 * w + _popcount((x & (~x + _ONE)) - _ONE)
+            out[i] = 64 * w + lowest(x)
     got = take
     if got < k:  # the pool is too small: random scenes not satisfying h
         seen = np.empty(len(used) + k, np.int64)  # the used scenes, then those kept

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from curi.bits import pack_rows, set_bits, set_bits_rows
+from curi.bits import pack_rows, set_bits
 from curi.prior import PRIORS, concept_log_prior
 from curi.validate import choice
 
@@ -141,12 +141,13 @@ class Posterior:
             support_ids: (E, S) scene ids.
             support_labels: (E, S) labels, 1 (or True) for positives.
         """
+        from curi.bit_loops import set_bits_rows as listed
         from curi.posterior_loops import consistent_words as consistent
 
         ids = np.asarray(support_ids, np.int64)
         lab = np.asarray(support_labels, bool)
         words = consistent(np.asarray(self.bank.truth_by_scene), ids, lab, self.mask)
-        episode, idx = set_bits_rows(words)  # ascending per episode; only nonzero bytes read
+        episode, idx = listed(words)  # ascending per episode
         logw = self.log_prior[idx]
         if self.likelihood == "size_principle":
             n_pos = lab.sum(1).astype(np.float64)  # (E,)

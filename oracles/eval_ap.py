@@ -48,10 +48,10 @@ def random_aps(picks: np.ndarray, lengths: np.ndarray, m: int) -> np.ndarray:
     per episode one after another in `picks` (of `m` ranks), each episode's ordered and its
     terms made by `curi.oracles.loops.rank_terms`, each mean summed as `np.mean` sums it (NaN
     without positives)."""
-    from curi.oracles.loops import _LOWEST_BIT, rank_terms
+    from curi.oracles.loops import rank_terms
 
     lengths = np.asarray(lengths, np.int64)
-    terms = rank_terms(np.asarray(picks, np.int64), np.cumsum(lengths), m, _LOWEST_BIT)
+    terms = rank_terms(np.asarray(picks, np.int64), np.cumsum(lengths), m)
     owner = np.repeat(np.arange(len(lengths)), lengths)
     with np.errstate(invalid="ignore"):
         return _segment_sums(terms, owner, len(lengths)) / lengths
@@ -154,11 +154,11 @@ class _Scored:
         """((P,) episode, (P,) `np.round(score, 12)` as an integer, (P,) score) of every set
         bit of the packed rows `sets` (row r under the posterior of episode ``owner[r]``),
         row by row, ascending."""
-        from curi.oracles.loops import _LOWEST_BIT, bit_scores
+        from curi.oracles.loops import bit_scores
 
         ends = np.cumsum(np.bitwise_count(sets).sum(1, dtype=np.int64))
         args = (self.rows, self.block_rows, self.tables, self.first, self.count)
-        _, scores = bit_scores(*args, sets, owner, ends, _LOWEST_BIT)
+        _, scores = bit_scores(*args, sets, owner, ends)
         episode = np.repeat(owner, np.diff(np.r_[0, ends]))
         return episode, np.rint(scores * 1e12).astype(np.int64), scores
 

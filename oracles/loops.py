@@ -9,15 +9,9 @@ import numba
 import numpy as np
 
 from curi import pcg
+from curi.bit_loops import lowest, popcount
 
 __all__ = ["bit_scores", "byte_terms", "cells", "random_oracle_draws", "rank_terms"]
-
-# the index of a uint64's lowest set bit from its isolated bit times a de Bruijn sequence
-_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
-_LOWEST_BIT = np.zeros(64, np.int64)
-_LOWEST_BIT[(((np.uint64(1) << np.arange(64, dtype=np.uint64)) * _DE_BRUIJN) >> np.uint64(58))] = (
-    np.arange(64)
-)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -50,12 +44,11 @@ def _score_run(out, start, stop, scenes, e, rows, block_rows, tables, first, cou
 
 
 @numba.njit(cache=True, nogil=True)
-def bit_scores(rows, block_rows, tables, first, count, sets, owner, ends, lowest_bit):
+def bit_scores(rows, block_rows, tables, first, count, sets, owner, ends):  # pragma: no cover
     """((P,) scenes, (P,) scores): the set bits of each packed row ``sets[r]`` (ascending,
     row after row, as `curi.bits.set_bits_rows` lists them; ``ends`` the running count of
     bits) and their scores under the posterior of episode ``owner[r]`` (`_score_run`: the
-    blocks of 8 groups of episode e are ``first[e]`` on, ``count[e]`` groups). `lowest_bit`
-    is `_LOWEST_BIT`."""
+    blocks of 8 groups of episode e are ``first[e]`` on, ``count[e]`` groups)."""
     scenes = np.empty(ends[-1] if len(ends) else 0, np.int64)
     out = np.zeros(len(scenes))
     for r in range(sets.shape[0]):
@@ -64,10 +57,9 @@ def bit_scores(rows, block_rows, tables, first, count, sets, owner, ends, lowest
         for w in range(sets.shape[1]):
             x = sets[r, w]
             while x:
-                low = x & (~x + np.uint64(1))
-                scenes[p] = 64 * w + lowest_bit[(low * _DE_BRUIJN) >> np.uint64(58)]
+                scenes[p] = 64 * w + lowest(x)
                 p += 1
-                x ^= low
+                x &= x - np.uint64(1)
         _score_run(out, start, p, scenes, owner[r], rows, block_rows, tables, first, count)
     return scenes, out
 
@@ -91,11 +83,11 @@ def random_oracle_draws(states, n_pos, m, q):  # pragma: no cover (compiled)
 
 
 @numba.njit(cache=True, nogil=True)
-def rank_terms(picks, ends, m, lowest_bit):  # pragma: no cover (compiled)
+def rank_terms(picks, ends, m):  # pragma: no cover (compiled)
     """The terms of `curi.oracles.metrics.random_average_precision`'s mean, episode after
     episode: each episode's picks (``picks[ends[e - 1]:ends[e]]``, distinct ranks less 1, of
     `m`) in ascending order, the k-th (from 1) giving ``k / rank``: the picks set as bits of
-    m, read back word by word (`lowest_bit`: `_LOWEST_BIT`)."""
+    m, read back word by word."""
     out = np.empty(len(picks))
     marked = np.zeros((m + 63) // 64, np.uint64)
     start = 0
@@ -107,21 +99,12 @@ def rank_terms(picks, ends, m, lowest_bit):  # pragma: no cover (compiled)
             x = marked[w]
             marked[w] = 0
             while x:
-                low = x & (~x + np.uint64(1))
-                r = 64 * w + lowest_bit[(low * _DE_BRUIJN) >> np.uint64(58)]
+                r = 64 * w + lowest(x)
                 out[k] = (k - start + 1) / (r + 1)
                 k += 1
-                x ^= low
+                x &= x - np.uint64(1)
         start = ends[e]
     return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _popcount(x):
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -155,8 +138,8 @@ def cells(rows, all_scenes, labels, reps, weights, start, count, max_cells):  # 
                 v, d, sig = stack_v[top], stack_d[top], stack_s[top]
                 top -= 1
                 if d == k:
-                    tot[sig] += _popcount(v)
-                    pos[sig] += _popcount(v & labels[e, w])
+                    tot[sig] += popcount(v)
+                    pos[sig] += popcount(v & labels[e, w])
                     continue
                 row = rows[reps[g0 + d], w]
                 inside, outside = v & row, v & ~row

@@ -57,7 +57,7 @@ def test_bit_scores_equal_scene_scores():
     20 groups (blocks of 8 full and partial), an episode's rows apart and repeated, empty
     rows, bits in the last word."""
     from curi.bits import pack_rows, set_bits_rows
-    from curi.oracles.loops import _LOWEST_BIT, bit_scores
+    from curi.oracles.loops import bit_scores
 
     rng = np.random.default_rng(0)
     m, counts = 300, np.array([1, 7, 8, 9, 16, 20])
@@ -77,7 +77,7 @@ def test_bit_scores_equal_scene_scores():
     sets = pack_rows(rng.random((len(owner), m)) < rng.random((len(owner), 1)))
     sets[2] = 0
     ends = np.cumsum(np.bitwise_count(sets).sum(1, dtype=np.int64))
-    args = (rows, block_rows, tables, first, counts, sets, owner, ends, _LOWEST_BIT)
+    args = (rows, block_rows, tables, first, counts, sets, owner, ends)
     scenes, got = bit_scores(*args)
     r, at = set_bits_rows(sets)
     np.testing.assert_array_equal(scenes, at)

@@ -60,3 +60,16 @@ def test_stream_states_are_its_generators():
             out = np.empty(3)
             pcg.random(states[k], out)
             assert out.tobytes() == derive_rng(3, "test", i).random(3).tobytes()
+
+
+def test_bit_loops_set_bits_rows_equals_numpys():
+    """`bit_loops.set_bits_rows` lists the set bits of packed rows as `curi.bits.set_bits_rows`
+    does: empty rows, full words, the highest bit."""
+    from curi import bit_loops, bits
+
+    rng = np.random.default_rng(1)
+    words = rng.integers(0, 2**63, (6, 5), dtype=np.int64).astype(np.uint64) << np.uint64(1)
+    words[0], words[1, 2], words[2, -1] = 0, np.uint64(2**64 - 1), np.uint64(1 << 63)
+    got, want = bit_loops.set_bits_rows(words), bits.set_bits_rows(words)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
