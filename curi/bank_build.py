@@ -22,7 +22,7 @@ from curi.bank_format import FORMAT_VERSION, MANIFEST, describe, sample_sha256, 
 from curi.bits import num_words, popcount, select_bits, transpose_blocks
 from curi.concepts import parse
 from curi.executor import BitScenes, execute
-from curi.grammar import sample_chunk
+from curi.grammar import CHUNK, sample_chunk
 from curi.machine import available_cores
 from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
@@ -96,15 +96,11 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
     timings[stage] = time.perf_counter() - t
 
 
-_DRAW_CHUNK = 100_000  # draws of one grammar stream (`sample_concepts`' chunk)
-
-
 def _sample(cfg: BankConfig, pool, progress: bool) -> list[tuple[str, float]]:
     """`sample_concepts`'s draws, its chunks (each its own stream) drawn by `pool`'s workers
     (or here, without a pool)."""
     tasks = [
-        (c, min(_DRAW_CHUNK, cfg.num_draws - c * _DRAW_CHUNK), cfg)
-        for c in range(-(-cfg.num_draws // _DRAW_CHUNK))
+        (c, min(CHUNK, cfg.num_draws - c * CHUNK), cfg) for c in range(-(-cfg.num_draws // CHUNK))
     ]
     out: list[tuple[str, float]] = []
     with _bar(progress, cfg.num_draws, "sampling", "draw") as bar:

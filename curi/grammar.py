@@ -10,10 +10,19 @@ import random
 from curi.rng import derive_rng
 from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 
-__all__ = ["RULES", "CONSTANTS", "sample_chunk", "sample_concepts", "MAX_DEPTH", "ATTEMPTS"]
+__all__ = [
+    "RULES",
+    "CONSTANTS",
+    "CHUNK",
+    "sample_chunk",
+    "sample_concepts",
+    "MAX_DEPTH",
+    "ATTEMPTS",
+]
 
 MAX_DEPTH = 6  # a non-terminal expanded at this depth fails
 ATTEMPTS = 12  # tries per child before its parent fails
+CHUNK = 100_000  # draws of one random stream (a bank's concepts depend on it)
 CONSTANTS = frozenset(COLORS + SHAPES + MATERIALS + SIZES + tuple(str(i) for i in range(1, 9)))
 
 
@@ -146,7 +155,7 @@ def sample_concepts(
     *,
     max_depth: int = MAX_DEPTH,
     attempts: int = ATTEMPTS,
-    chunk: int = 100_000,
+    chunk: int = CHUNK,
     progress: bool = False,
 ) -> list[tuple[str, float]]:
     """Draw `n` concepts from the grammar; return the successful draws before any filtering.
