@@ -30,6 +30,14 @@ def _upper_bound(a, x):
 
 
 @numba.njit(cache=True, nogil=True)
+def _nth_bit(x, n):
+    """The position of the n-th (from 0) lowest set bit of the uint64 x."""
+    for _ in range(n):
+        x &= x - _ONE
+    return lowest(x)
+
+
+@numba.njit(cache=True, nogil=True)
 def _insert(values, n, v):
     """Insert v into the ascending, distinct ``values[:n]`` unless it is there; the new n."""
     i = n
@@ -109,10 +117,7 @@ def select(words, h, ranks):  # pragma: no cover (compiled)
         for w in range(len(row)):
             n = popcount(row[w])
             while i < len(order) and ranks[e, order[i]] < before + n:
-                x = row[w]
-                for _ in range(ranks[e, order[i]] - before):
-                    x &= x - _ONE
-                out[e, order[i]] = 64 * w + lowest(x)
+                out[e, order[i]] = 64 * w + _nth_bit(row[w], ranks[e, order[i]] - before)
                 i += 1
             if i == len(order):
                 break
@@ -184,10 +189,7 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
         for i, r in enumerate(distinct(s, total, take)):
             w = _upper_bound(cum, r)
             within = r - (cum[w] - popcount(pool[w]))
-            x = pool[w]
-            for _ in range(within):
-                x &= x - _ONE
-            out[i] = 64 * w + lowest(x)
+            out[i] = 64 * w + _nth_bit(pool[w], within)
     got = take
     if got < k:  # the pool is too small: random scenes not satisfying h
         seen = np.empty(len(used) + k, np.int64)  # the used scenes, then those kept
