@@ -156,11 +156,9 @@ class _Scored:
         row by row, ascending."""
         from curi.oracles.loops import bit_scores
 
-        ends = np.cumsum(np.bitwise_count(sets).sum(1, dtype=np.int64))
         args = (self.rows, self.block_rows, self.tables, self.first, self.count)
-        _, scores = bit_scores(*args, sets, owner, ends)
-        episode = np.repeat(owner, np.diff(np.r_[0, ends]))
-        return episode, np.rint(scores * 1e12).astype(np.int64), scores
+        row, _, scores = bit_scores(*args, sets, owner)
+        return owner[row], np.rint(scores * 1e12).astype(np.int64), scores
 
 
 def _tables(g: _Groups, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

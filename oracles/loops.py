@@ -9,7 +9,7 @@ import numba
 import numpy as np
 
 from curi import pcg
-from curi.bit_loops import lowest, popcount
+from curi.bit_loops import lowest, popcount, set_bits_rows
 
 __all__ = ["bit_scores", "byte_terms", "cells", "random_oracle_draws", "rank_terms"]
 
@@ -44,24 +44,22 @@ def _score_run(out, start, stop, scenes, e, rows, block_rows, tables, first, cou
 
 
 @numba.njit(cache=True, nogil=True)
-def bit_scores(rows, block_rows, tables, first, count, sets, owner, ends):  # pragma: no cover
-    """((P,) scenes, (P,) scores): the set bits of each packed row ``sets[r]`` (ascending,
-    row after row, as `curi.bits.set_bits_rows` lists them; ``ends`` the running count of
-    bits) and their scores under the posterior of episode ``owner[r]`` (`_score_run`: the
-    blocks of 8 groups of episode e are ``first[e]`` on, ``count[e]`` groups)."""
-    scenes = np.empty(ends[-1] if len(ends) else 0, np.int64)
+def bit_scores(rows, block_rows, tables, first, count, sets, owner):  # pragma: no cover
+    """((P,) row, (P,) scene, (P,) score): the set bits of the packed rows `sets`
+    (`curi.bit_loops.set_bits_rows`: row by row, ascending) and their scores, row r's under
+    the posterior of episode ``owner[r]`` (`_score_run`: the blocks of 8 groups of episode e
+    are ``first[e]`` on, ``count[e]`` groups)."""
+    row, scenes = set_bits_rows(sets)
     out = np.zeros(len(scenes))
-    for r in range(sets.shape[0]):
-        p = ends[r - 1] if r else 0
-        start = p
-        for w in range(sets.shape[1]):
-            x = sets[r, w]
-            while x:
-                scenes[p] = 64 * w + lowest(x)
-                p += 1
-                x &= x - np.uint64(1)
-        _score_run(out, start, p, scenes, owner[r], rows, block_rows, tables, first, count)
-    return scenes, out
+    start = 0
+    while start < len(row):
+        stop = start
+        while stop < len(row) and row[stop] == row[start]:
+            stop += 1
+        e = owner[row[start]]
+        _score_run(out, start, stop, scenes, e, rows, block_rows, tables, first, count)
+        start = stop
+    return row, scenes, out
 
 
 @numba.njit(cache=True, nogil=True)

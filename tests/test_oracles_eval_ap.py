@@ -76,10 +76,10 @@ def test_bit_scores_equal_scene_scores():
     owner = np.array([0, 3, 5, 1, 3, 2, 4, 0, 5])
     sets = pack_rows(rng.random((len(owner), m)) < rng.random((len(owner), 1)))
     sets[2] = 0
-    ends = np.cumsum(np.bitwise_count(sets).sum(1, dtype=np.int64))
-    args = (rows, block_rows, tables, first, counts, sets, owner, ends)
-    scenes, got = bit_scores(*args)
+    args = (rows, block_rows, tables, first, counts, sets, owner)
+    listed, scenes, got = bit_scores(*args)
     r, at = set_bits_rows(sets)
+    np.testing.assert_array_equal(listed, r)
     np.testing.assert_array_equal(scenes, at)
     want = [metrics._scene_scores(rows[g], wg, m) for g, wg in zip(groups, weights, strict=True)]
     expected = np.array([want[owner[k]][u] for k, u in zip(r, at, strict=True)])
