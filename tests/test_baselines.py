@@ -371,14 +371,14 @@ def test_a_fifo_in_a_sweep_folder_is_one_line_not_a_hang(tmp_path):
     out = tmp_path / "O"
     out.mkdir()
     os.mkfifo(out / "sweep.json")
-    r = run_curi("baselines", "collect", f"output_dir={out}", cwd=tmp_path, timeout=60)
+    r = run_curi("baselines", "collect", f"output_dir={out}", cwd=tmp_path, timeout=300)
     _one_line(r, "sweep.json", "is a FIFO, not a regular file")
     (out / "sweep.json").unlink()
     runs = [{"name": "rn/concept_iid/seed0", "dir": "runs/rn"}]
     (out / "sweep.json").write_text(json.dumps({"settings": {}, "runs": runs, "oracles": []}))
     (out / "runs" / "rn").mkdir(parents=True)
     os.mkfifo(out / "runs" / "rn" / "result.json")
-    r = run_curi("baselines", "collect", f"output_dir={out}", cwd=tmp_path, timeout=60)
+    r = run_curi("baselines", "collect", f"output_dir={out}", cwd=tmp_path, timeout=300)
     _one_line(r, "result.json", "is a FIFO, not a regular file")
 
 

@@ -122,7 +122,7 @@ def test_a_full_disk_is_one_line(tiny_bank_dir, tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
         preexec_fn=_file_size_limit,
     )
     assert r.returncode == 2, r.stderr[-3000:]

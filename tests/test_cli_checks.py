@@ -184,7 +184,7 @@ def test_a_fifo_as_split_file_is_refused_not_waited_on(tmp_path):
         f"data_dir={tmp_path / 'none'}",
         f"split={fifo}",
         cwd=tmp_path,
-        timeout=60,
+        timeout=300,
     )
     line = _one_line_error(r, "curi split: error: split file")
     assert "a FIFO, not a regular file" in line and not (tmp_path / "none").exists()

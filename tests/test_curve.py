@@ -45,7 +45,7 @@ def test_the_command_checks_step_before_any_work(tiny_bank_dir, tmp_path, step):
         f"step={step}",
         f"output_dir={out}",
         cwd=tmp_path,
-        timeout=60,
+        timeout=300,
     )
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip().splitlines() == [
@@ -136,7 +136,7 @@ def test_a_fifo_in_a_curve_folder_is_one_line_not_a_hang(tmp_path):
 
 
 def _collect_refuses(out, fifo: str) -> None:
-    r = run_curi("curve", "collect", f"output_dir={out}", cwd=out.parent, timeout=60)
+    r = run_curi("curve", "collect", f"output_dir={out}", cwd=out.parent, timeout=300)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
     assert fifo in lines[0] and "is a FIFO, not a regular file" in lines[0]

@@ -243,13 +243,13 @@ def test_a_fifo_manifest_is_one_line_not_a_hang(tiny_bank, tiny_bank_dir, tmp_pa
     (out / lm_task.MANIFEST).unlink()
     os.mkfifo(out / lm_task.MANIFEST)
     bank = ["bank=tiny", f"data_dir={tiny_bank_dir.parent}"]
-    r = run_curi("lm", "compare", *bank, f"tasks={out}", "results=R", cwd=tmp_path, timeout=60)
+    r = run_curi("lm", "compare", *bank, f"tasks={out}", "results=R", cwd=tmp_path, timeout=300)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
     assert "curi_tasks.json' is a FIFO, not a regular file" in lines[0]
     load = "import sys, utils; utils.load_documents(sys.argv[1])"
     cmd = [sys.executable, "-c", load, "curi_counting_hard"]
-    r = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "curi_tasks.json' is a FIFO" in r.stderr.splitlines()[-1]
 
 

@@ -159,7 +159,7 @@ def test_sigusr1_saves_the_step_reached_and_the_same_command_resumes(tiny_bank_d
     try:
         _wait_for_training(run_dir, proc)
         proc.send_signal(signal.SIGUSR1)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=600)
     finally:
         proc.kill()
     assert proc.returncode == 128 + signal.SIGUSR1, err[-3000:]
@@ -205,7 +205,7 @@ def test_a_stop_signal_to_the_whole_process_group_saves_the_step(tiny_bank_dir, 
     try:
         _wait_for_training(run_dir, proc, timeout=300)
         os.killpg(proc.pid, signum)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=600)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -242,7 +242,7 @@ def test_a_signal_to_one_ddp_process_stops_all_at_one_step(tiny_bank_dir, tmp_pa
     try:
         _wait_for_training(run_dir, procs[0])
         procs[1].send_signal(signal.SIGTERM)
-        outs = [p.communicate(timeout=120) for p in procs]
+        outs = [p.communicate(timeout=600) for p in procs]
     finally:
         for p in procs:
             p.kill()

@@ -182,7 +182,7 @@ def test_curi_bank_with_escaping_name_and_force_is_one_line_error(world):
         "bank.num_draws=1000",
         "progress=false",
         cwd=world,
-        timeout=120,
+        timeout=300,
     )
     assert out.returncode == 2, out.stderr
     err = out.stderr.strip().splitlines()
