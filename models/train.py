@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from curi.atomic import exclusive, remove
+from curi.atomic import exclusive, remove, write_text
 from curi.bank import ConceptBank
 from curi.episodes import EpisodeSampler
-from curi.errors import ConfigError
+from curi.errors import ConfigError, CuriError
 from curi.models.checkpoint import (
     CHECKPOINT_FORMAT,
     MetricLogger,
@@ -44,6 +44,7 @@ from curi.models.runtime import Runtime, StopSignals, TrainingStopped, start_run
 from curi.models.step import StepOutput, StepRunner, portable_state
 from curi.models.train_batches import resolve_sampler, train_cache, train_loader
 from curi.oracles.eval_set import EvalSet
+from curi.paths import read_text
 from curi.renderers import Renderer
 from curi.splits import make_split
 
@@ -115,6 +116,8 @@ def train(
     rt = start_runtime(run.device, settings=run.train)
     try:
         with _hold(Path(run_dir), rt):
+            if (Path(run_dir) / "summary.json").is_dir():  # its atomic write cannot replace one
+                raise ConfigError(f"{run_dir}/summary.json is a folder (or a link to one); move it")
             fit = _wire(run, rt, Path(run_dir), bank=bank, resume=resume, progress=progress)
             try:
                 if fit.start >= fit.run.train.steps:
@@ -244,8 +247,8 @@ class _Fit:
             "step_mode": self.step.mode,
             "weights_sha256": state_digest(self.model.state_dict()),
         }
-        if self.rt.is_main:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self.rt.is_main:  # atomic: a link or FIFO there is replaced, never written through
+            write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 
 
@@ -410,11 +413,9 @@ def _finished(fit: _Fit) -> dict:
         fit.run.train.steps,
     )
     saved = fit.run_dir / "summary.json"
-    if fit.rerun and saved.is_file():
-        try:
-            return json.loads(saved.read_text())
-        except ValueError:
-            pass
+    if fit.rerun and not saved.is_symlink():  # a link's target is no summary of this run
+        with contextlib.suppress(CuriError, ValueError, RecursionError):  # else written anew
+            return json.loads(read_text(saved, "run summary", CuriError))
     return fit.summary(fit.start, 0.0)
 
 

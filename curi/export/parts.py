@@ -11,11 +11,13 @@ marker ``part-NNNNN.done`` written after them, atomically, that records the size
 of every file of the part: a part whose marker and files agree is finished and skipped by the
 next invocation; a killed job's part, or one whose files changed (a flipped byte, another
 part's tar), is redone alone. The caller removes the staging folder once the export is
-published. The staging folder is the command's own: a symlink or a file in its place is
-refused, never followed (docs/reliability.md, "Third round")."""
+published. The staging folder and its settings' folder are the command's own: a symlink or
+a file in the place of either is refused, never followed (docs/reliability.md, "Third round"
+and "Fourth round")."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -82,23 +84,34 @@ def check_staging(out: str | Path) -> Path:
         ConfigError: naming the path and what is there instead.
     """
     folder = staging_folder(out)
+    _own_folder(folder, "the staging folder")
+    return folder
+
+
+def _own_folder(folder: Path, what: str) -> None:
+    """Nothing, once `folder` is missing or a folder (not a symlink to one): curi writes the
+    parts of an export there, so a link would have them written, and files there replaced,
+    in the folder it points to (`lstat`, never followed).
+
+    Raises:
+        ConfigError: naming `what`, the path and what is there instead.
+    """
     try:
         mode = os.lstat(folder).st_mode
     except FileNotFoundError:
-        return folder
+        return
     except OSError as e:
-        raise ConfigError(f"cannot use the staging folder {folder}: {e.strerror or e}") from None
+        raise ConfigError(f"cannot use {what} {folder}: {e.strerror or e}") from None
     if stat.S_ISLNK(mode):
         raise ConfigError(
-            f"the staging folder {folder} is a symlink (to {os.readlink(folder)}); curi keeps "
-            "the parts of an export in a folder of its own there: remove the link"
+            f"{what} {folder} is a symlink (to {os.readlink(folder)}); curi keeps the parts "
+            "of an export in a folder of its own there: remove the link"
         )
     if not stat.S_ISDIR(mode):
         raise ConfigError(
-            f"the staging folder {folder} is a file, not a folder; remove it (curi keeps the "
-            "parts of an export there)"
+            f"{what} {folder} is a file, not a folder; remove it (curi keeps the parts of an "
+            "export there)"
         )
-    return folder
 
 
 def digest(settings: dict) -> str:
@@ -112,15 +125,20 @@ def parts_folder(out: str | Path, settings: dict) -> Path:
     parts left by runs with other settings (they can never be reused).
 
     Raises:
-        ConfigError: the staging folder is a symlink or a file (`check_staging`).
+        ConfigError: the staging folder, or the folder of these settings in it, is a symlink
+            or a file (`check_staging`), refused before anything is written or removed.
     """
     folder = check_staging(out)
     here = folder / digest(settings)
+    _own_folder(here, "the parts folder")  # planted in advance: the digest is predictable
     if folder.is_dir():
         for old in folder.iterdir():
             if old.name != here.name and not old.name.startswith("."):  # .submitit: logs
                 remove(old, root=folder, link=True)
-    here.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        here.mkdir()
+    _own_folder(here, "the parts folder")  # again: one put there since the check is refused
     write_text(here / "settings.json", json.dumps(settings, indent=1, default=str))
     return here
 
