@@ -220,6 +220,8 @@ def _prepare(cfg, fn, opts: Options, output_dir_given: bool) -> None:
             cfg.progress = False
     if plain.get("data_dir") is not None:
         as_folder(plain["data_dir"], "data_dir")
+    if isinstance(plain.get("output_dir"), str) and not plain["output_dir"].strip():
+        as_folder(plain["output_dir"], "output_dir")  # empty: the working folder, never meant
     check = getattr(fn, "check", None)
     if check is not None:
         check(cfg)
