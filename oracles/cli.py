@@ -53,9 +53,7 @@ def gap(cfg: DictConfig) -> None:
             splits, negatives, options = _table_options(cfg, bank)
             settings = gap_settings(bank, splits, negatives, **options, divergences=True)
             folder = GapFolder(out, settings, total=len(splits) * len(negatives))
-            done = folder.claim()
-            if done:
-                log.info("%s: %d of %d rows done; computing the rest", out, len(done), folder.total)
+            done = folder.claim()  # logs how many rows are done
             meta = _gap_meta(cfg, bank)
             rows = compositionality_gap(
                 bank,
