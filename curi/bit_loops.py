@@ -4,15 +4,16 @@ the position of its lowest set bit, and the set bits of many packed rows."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from curi.kernel import kernel
 
 __all__ = ["lowest", "popcount", "set_bits_rows"]
 
 _ONE = np.uint64(1)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def popcount(x):
     """The number of set bits of a uint64 (the SWAR sum, which LLVM turns into one
     instruction where the machine has it)."""
@@ -22,13 +23,13 @@ def popcount(x):
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def lowest(x):
     """The position of the lowest set bit of a nonzero uint64."""
     return popcount((x & (~x + _ONE)) - _ONE)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def set_bits_rows(words):  # pragma: no cover (compiled)
     """((P,) row, (P,) position) of every set bit of the packed rows (R, W), row by row,
     ascending (`curi.bits.set_bits_rows`)."""

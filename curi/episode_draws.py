@@ -5,18 +5,18 @@ sampler's numpy generator leaves it (tests/test_episodes.py checks the episodes)
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from curi import pcg
 from curi.bit_loops import lowest, popcount
+from curi.kernel import kernel
 
 __all__ = ["candidates", "exact_set", "heads", "orders", "rounds", "select"]
 
 _ONE = np.uint64(1)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _upper_bound(a, x):
     """The first index of the sorted `a` whose value exceeds x (``np.searchsorted`` right)."""
     lo, hi = 0, len(a)
@@ -29,7 +29,7 @@ def _upper_bound(a, x):
     return lo
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _nth_bit(x, n):
     """The position of the n-th (from 0) lowest set bit of the uint64 x."""
     for _ in range(n):
@@ -37,7 +37,7 @@ def _nth_bit(x, n):
     return lowest(x)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _insert(values, n, v):
     """Insert v into the ascending, distinct ``values[:n]`` unless it is there; the new n."""
     i = n
@@ -51,7 +51,7 @@ def _insert(values, n, v):
     return n + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _among(c, values, n):
     """Whether c is one of ``values[:n]`` (a few dozen: a scan beats a hash set)."""
     for i in range(n):
@@ -60,7 +60,7 @@ def _among(c, values, n):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def distinct(s, n, k):
     """`curi.episodes._distinct`: k distinct integers of [0, n) in random order (k <= n):
     the distinct values of 2k draws, ascending, more draws of k merged in until k are found,
@@ -82,7 +82,7 @@ def distinct(s, n, k):
     return out[:k].copy()
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def heads(states, cum, concepts, counts, k):  # pragma: no cover (compiled)
     """((E,) concepts, (E, k) ranks of their positives): `EpisodeSampler._positive_ranks` of
     E episodes from their episode streams' `states` (advanced in place)."""
@@ -98,7 +98,7 @@ def heads(states, cum, concepts, counts, k):  # pragma: no cover (compiled)
     return h, ranks
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def select(words, h, ranks):  # pragma: no cover (compiled)
     """(E, R) the scenes of rank ``ranks[e]`` (0-based) among the scenes of concept ``h[e]``
     (its packed row of `words`), as `curi.bits.select_bits` finds them: one scan of the row's
@@ -125,7 +125,7 @@ def select(words, h, ranks):  # pragma: no cover (compiled)
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def orders(states, n):  # pragma: no cover (compiled)
     """((E, n), (E, n)): `EpisodeSampler._orders` of E episodes (two permutations each)."""
     s_perm = np.empty((len(states), n), np.int64)
@@ -138,7 +138,7 @@ def orders(states, n):  # pragma: no cover (compiled)
     return s_perm, q_perm
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def candidates(states, n, size, skip):  # pragma: no cover (compiled)
     """(E, size) ``rng.integers(0, n, size)`` of each stream after ``rng.integers(0, n,
     skip[e])`` (the candidates an earlier set used); `states` advanced in place."""
@@ -150,12 +150,12 @@ def candidates(states, n, size, skip):  # pragma: no cover (compiled)
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _not_h(row, c):
     return (row[c >> 6] >> np.uint64(c & 63)) & _ONE == 0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
     """One set's negatives from a pool of a few alternates (`EpisodeSampler._negatives`,
     hard, at most `_EXACT_MAX_ALTERNATES`): uniform distinct scenes of the OR of the
@@ -212,7 +212,7 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def rounds(cand, at, used, k, size, max_rounds, alt, h, by_scene, words):  # pragma: no cover
     """((A, k) negatives, (A,) where each set's rounds end, (A,) found) of one set of A
     episodes, found round after round of `size` candidates from ``cand[a, at[a]:]`` as the

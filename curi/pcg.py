@@ -9,8 +9,9 @@ whether a 32-bit half is buffered, the buffered half."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from curi.kernel import kernel
 
 __all__ = ["STATE_WORDS", "choice", "integers", "permutation", "random", "seeded", "states_of"]
 
@@ -22,7 +23,7 @@ _U0, _U1 = np.uint64(0), np.uint64(1)
 _S32, _S58, _S63 = np.uint64(32), np.uint64(58), np.uint64(63)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _mulhi(a, b):
     """The high 64 bits of the 128-bit product of two uint64."""
     a_lo, a_hi, b_lo, b_hi = a & _M32, a >> _S32, b & _M32, b >> _S32
@@ -34,7 +35,7 @@ def _mulhi(a, b):
     return a_hi * b_hi + w2 + (t >> _S32)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _step(s):
     """One LCG step: state = state * MULT + inc (mod 2**128)."""
     hi, lo = s[0], s[1]
@@ -45,7 +46,7 @@ def _step(s):
     s[1] = lo2
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def next64(s):
     """The next 64-bit output (XSL-RR of the stepped state)."""
     _step(s)
@@ -54,7 +55,7 @@ def next64(s):
     return (v >> rot) | (v << ((np.uint64(64) - rot) & _S63))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def next32(s):
     """The next 32-bit output: the low half of a 64-bit one, its high half kept for the next."""
     if s[4]:
@@ -65,7 +66,7 @@ def next32(s):
     return v & _M32
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _bounded(s, rng):
     """A uniform integer in [0, rng] (rng < 2**32 - 1): Lemire's multiply-and-reject on
     32-bit draws."""
@@ -82,7 +83,7 @@ def _bounded(s, rng):
     return m >> _S32
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _interval(s, top):
     """A uniform integer in [0, top] by masked rejection (numpy's ``random_interval``)."""
     if top == 0:
@@ -96,14 +97,14 @@ def _interval(s, top):
             return v
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def random(s, out):
     """``Generator.random(len(out))`` into `out`."""
     for i in range(len(out)):
         out[i] = np.float64(next64(s) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def integers(s, high, out):
     """``Generator.integers(0, high, len(out))`` (int64) into `out`."""
     rng = np.uint64(high - 1)
@@ -111,7 +112,7 @@ def integers(s, high, out):
         out[i] = np.int64(_bounded(s, rng))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _shuffle(s, x, first, lemire):
     """Fisher-Yates from the last item down to `first`, each swap's partner by masked
     rejection (``Generator.shuffle`` and ``permutation``: first 1) or, `lemire`, by
@@ -122,7 +123,7 @@ def _shuffle(s, x, first, lemire):
         x[i], x[j] = x[j], x[i]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def permutation(s, n):
     """``Generator.permutation(n)``."""
     x = np.arange(n)
@@ -130,7 +131,7 @@ def permutation(s, n):
     return x
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def choice(s, pop, size):
     """``Generator.choice(pop, size, replace=False)``: the tail of a partial shuffle of
     ``arange(pop)`` for large draws from large populations, else Floyd's algorithm and a
@@ -151,7 +152,7 @@ def choice(s, pop, size):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def seeded(words):  # pragma: no cover (compiled)
     """(n, `STATE_WORDS`) states of PCG64 seeded as numpy seeds it from SeedSequence's eight
     32-bit words of each of n streams (``words`` (8, n) uint64): state = (inc + seed) * MULT

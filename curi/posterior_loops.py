@@ -5,15 +5,16 @@ floating-point sums in the same order."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from curi.kernel import kernel
 
 __all__ = ["consistent_words", "predictive"]
 
 _ONE = np.uint64(1)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def consistent_words(by_scene, ids, labels, mask):  # pragma: no cover (compiled)
     """(E, W) packed concepts consistent with each support set (E, S): true on its
     positives, false on its negatives, and in `mask`."""
@@ -33,7 +34,7 @@ def consistent_words(by_scene, ids, labels, mask):  # pragma: no cover (compiled
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def predictive(by_scene, idx, w, offsets, scene_ids):  # pragma: no cover (compiled)
     """(E, Q) the mass of each episode's posterior (concepts ``idx``, weights `w`, episode e
     at ``offsets[e]:offsets[e + 1]``) on the concepts true on each of its scenes, its

@@ -5,16 +5,16 @@ as the numpy code it replaces, so the numbers are equal to the bits."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from curi import pcg
 from curi.bit_loops import lowest, popcount, set_bits_rows
+from curi.kernel import kernel
 
 __all__ = ["bit_scores", "byte_terms", "cells", "random_oracle_draws", "rank_terms"]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _score_run(out, start, stop, scenes, e, rows, block_rows, tables, first, count):
     """Add to ``out[i]``, i in [start, stop), the score of scene ``scenes[i]`` under the
     posterior of episode e: the sum, block by block of 8 synonym groups in order from 0.0,
@@ -43,7 +43,7 @@ def _score_run(out, start, stop, scenes, e, rows, block_rows, tables, first, cou
             out[i] += tables[t, code]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def bit_scores(rows, block_rows, tables, first, count, sets, owner):  # pragma: no cover
     """((P,) row, (P,) scene, (P,) score): the set bits of the packed rows `sets`
     (`curi.bit_loops.set_bits_rows`: row by row, ascending) and their scores, row r's under
@@ -62,7 +62,7 @@ def bit_scores(rows, block_rows, tables, first, count, sets, owner):  # pragma: 
     return row, scenes, out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def random_oracle_draws(states, n_pos, m, q):  # pragma: no cover (compiled)
     """The random oracle's draws of E episodes, each from its own stream (`states`, one row
     each, advanced in place): ``rng.choice(m, n_pos[e], replace=False)`` then
@@ -80,7 +80,7 @@ def random_oracle_draws(states, n_pos, m, q):  # pragma: no cover (compiled)
     return picks, scores
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def rank_terms(picks, ends, m):  # pragma: no cover (compiled)
     """The terms of `curi.oracles.metrics.random_average_precision`'s mean, episode after
     episode: each episode's picks (``picks[ends[e - 1]:ends[e]]``, distinct ranks less 1, of
@@ -105,7 +105,7 @@ def rank_terms(picks, ends, m):  # pragma: no cover (compiled)
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def cells(rows, all_scenes, labels, reps, weights, start, count, max_cells):  # pragma: no cover
     """The partition of the evaluation set by each episode's groups (at most 8; episode e's
     are ``reps[start[e]:start[e] + count[e]]``, rows of `rows`, weighing `weights`): for
@@ -165,7 +165,7 @@ def cells(rows, all_scenes, labels, reps, weights, start, count, max_cells):  # 
     return fits, owner[:out], score[:out], n_pos[:out], n_tot[:out]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def byte_terms(row_bytes, scenes, tables):  # pragma: no cover (compiled)
     """(len(scenes), B) the table entry of each of the first B bytes of each scene's row
     (``row_bytes``: the scene-major truth as bytes; ``tables``: B tables of 256 entries one
