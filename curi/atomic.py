@@ -282,8 +282,9 @@ _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os
 
 def _lock_error(lock: Path, what: str, e: OSError) -> str:
     """Why the lock file could not be opened: a folder that is not writable (nothing to
-    remove), or a lock file that is in the way."""
-    if not os.path.lexists(lock) and not os.access(lock.parent, os.W_OK | os.X_OK):
+    remove: under /proc or on a read-only mount too, where root passes every mode check), or
+    a lock file that is in the way."""
+    if not os.path.lexists(lock):
         return f"{what}: the folder {lock.parent} is not writable ({e.strerror}); write elsewhere"
     return f"{what}: cannot open its lock file {lock}: {e.strerror}; remove it"
 

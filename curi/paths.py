@@ -15,8 +15,10 @@ import io
 import os
 import re
 import stat
+import tempfile
 from pathlib import Path
 
+from curi import atomic
 from curi.errors import ConfigError, CuriError
 
 __all__ = [
@@ -181,7 +183,7 @@ def _name_max(folder: Path) -> int:
 def _exists(path: Path) -> bool:
     try:
         return path.exists()
-    except OSError:  # a name too long, no permission: nothing the command can use is there
+    except (OSError, ValueError):  # a name too long, no permission: nothing usable is there
         return False
 
 
@@ -207,17 +209,20 @@ def as_folder(path: object, what: str, error: type[CuriError] = ConfigError) -> 
 def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
     """`out`, the value of option `key`, once a command can write its output there: a
     non-empty path that is not an existing file (`folder`) or folder (else), whose nearest
-    existing parent is a folder this process can write in (the folder itself, when it exists
-    and `folder`), and whose every name yet to be made fits the file system with room for
-    curi's temporary names. Cheap, so a command checks it before its work (a file in place of
-    an output folder, an unwritable folder or a name too long failed after it).
+    existing parent is a folder this process can make files in (the folder itself, when it
+    exists and `folder`), and whose every name yet to be made fits the file system with room
+    for curi's temporary names. Cheap, so every command that writes checks its output place
+    here before its work: a file in place of an output folder, an unwritable place or a name
+    too long otherwise failed after the work, or in a traceback.
 
     Raises:
-        ConfigError: naming `key`, the value and what to give instead.
+        ConfigError: one line naming `key`, the value and what to give instead.
     """
     kind = "folder" if folder else "file"
     if not isinstance(out, str | Path) or not str(out).strip():
         raise ConfigError(f"{key}={out!r} names no {kind}; give the {kind} to write")
+    if "\0" in str(out):
+        raise ConfigError(f"{key}={str(out)!r} holds a NUL character; give a {kind} path")
     path = Path(out)
     if _exists(path):
         if path.is_dir() != folder:
@@ -228,20 +233,26 @@ def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
     parent = next((p for p in path.parents if _exists(p)), Path("."))
     if not parent.is_dir():
         raise ConfigError(f"{key}={out}: {parent} is not a folder; give a path in a folder")
-    _writable(parent, key, out, kind)
     most = _name_max(parent) - _ROOM
     for name in path.relative_to(parent).parts:
         if len(os.fsencode(name)) > most:
             raise ConfigError(
-                f"{key}: the name {name[:40]!r}... is {len(os.fsencode(name))} bytes long; "
-                f"use at most {most} (the file system allows {most + _ROOM})"
+                f"{key}={out}: the name {name[:40]!r}... is {len(os.fsencode(name))} bytes "
+                f"long; use at most {most} (the file system allows {most + _ROOM})"
             )
+    _writable(parent, key, out, kind)
     return path
 
 
 def _writable(where: Path, key: str, out: object, kind: str) -> None:
-    """Refuse a folder this process cannot make files in."""
-    if not os.access(where, os.W_OK | os.X_OK):
+    """Refuse a folder this process cannot make files in. Tried, not read from the folder's
+    mode: root passes every mode check, yet makes nothing under ``/proc``, on a read-only
+    mount or in an immutable folder. The trial is a hidden empty folder, removed at once."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".curi-probe-", dir=where)
+    except OSError as e:
         raise ConfigError(
-            f"{key}={out}: the folder {where} is not writable; give a {kind} where you can write"
-        )
+            f"{key}={out}: the folder {where} is not writable ({e.strerror or e}); give a "
+            f"{kind} where you can write"
+        ) from None
+    atomic.remove(probe, root=where)

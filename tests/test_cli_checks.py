@@ -520,9 +520,8 @@ def test_a_working_folder_that_is_not_writable_is_one_line(unwritable, capsys, m
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1, err
     assert err[0].startswith(f"curi gap: error: output_dir={unwritable}/outputs/gap/")
-    assert err[0].endswith(
-        f"the folder {unwritable} is not writable; give a folder where you can write"
-    )
+    assert f"the folder {unwritable} is not writable (" in err[0]
+    assert err[0].endswith("; give a folder where you can write")
 
 
 # --- the wording of errors, logs and suggestions ---------------------------------------------

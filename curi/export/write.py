@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def check_export_path(out) -> Path:
             f"(formats: {FORMAT_LIST})"
         )
     path = Path(out)
-    if path.is_dir():
+    if os.path.isdir(path):  # False for a name too long, as for any path that cannot exist
         raise ConfigError(
             f"out={out} is a folder; give a file in it, e.g. out={path / 'episodes.jsonl'}"
         )
@@ -90,10 +91,8 @@ def check_export_path(out) -> Path:
             f"out={out}: unknown format; the file name must end in one of {FORMAT_LIST} "
             "(JSON lines, gzip-compressed JSON lines, parquet, WebDataset tar shards)"
         )
-    folder = next((p for p in path.parents if p.exists()), None)
-    if folder is not None and not folder.is_dir():
-        raise ConfigError(f"out={out}: {folder} is not a folder; give a path in a folder")
-    return output_path(path, folder=False)  # a folder that is not writable, a name too long
+    # a parent that is a file, a folder that cannot be written in, a name too long
+    return output_path(path, folder=False)
 
 
 def check_render_options(workers, threads) -> tuple[int | None, int | None]:
