@@ -2,7 +2,8 @@
 streams at once (the gap report's episodes and random oracle): a stream's state is four
 uint64 words and the 32-bit buffer numpy keeps, and each draw below consumes the bits
 numpy's `np.random.Generator` consumes for the same call and returns what it returns
-(tests/test_pcg.py checks every one against numpy). Only bounds below 2**32 are supported.
+(tests/test_pcg.py checks every one against numpy). Only bounds up to 2**32 - 1 are
+supported; larger ones are refused (numpy draws them by another path).
 
 State layout (`STATE_WORDS` uint64): 128-bit LCG state (high, low), increment (high, low),
 whether a 32-bit half is buffered, the buffered half."""
@@ -16,6 +17,7 @@ from curi.kernel import kernel
 __all__ = ["STATE_WORDS", "choice", "integers", "permutation", "random", "seeded", "states_of"]
 
 STATE_WORDS = 6
+_MAX_HIGH = 2**32 - 1  # the largest bound drawn as numpy draws it here (its 32-bit paths)
 _M32 = np.uint64(0xFFFFFFFF)
 _MULT_HI = np.uint64(2549297995355413924)  # PCG64's 128-bit multiplier
 _MULT_LO = np.uint64(4865540595714422341)
@@ -106,7 +108,12 @@ def random(s, out):
 
 @kernel
 def integers(s, high, out):
-    """``Generator.integers(0, high, len(out))`` (int64) into `out`."""
+    """``Generator.integers(0, high, len(out))`` (int64) into `out`.
+
+    Raises:
+        ValueError: `high` outside [1, 2**32 - 1], where numpy draws otherwise (64-bit)."""
+    if high < 1 or high > _MAX_HIGH:
+        raise ValueError("curi.pcg.integers supports 1 <= high <= 2**32 - 1")
     rng = np.uint64(high - 1)
     for i in range(len(out)):
         out[i] = np.int64(_bounded(s, rng))
@@ -125,7 +132,12 @@ def _shuffle(s, x, first, lemire):
 
 @kernel
 def permutation(s, n):
-    """``Generator.permutation(n)``."""
+    """``Generator.permutation(n)``.
+
+    Raises:
+        ValueError: `n` outside [0, 2**32 - 1] (numpy draws larger ones otherwise)."""
+    if n < 0 or n > _MAX_HIGH:
+        raise ValueError("curi.pcg.permutation supports 0 <= n <= 2**32 - 1")
     x = np.arange(n)
     _shuffle(s, x, 1, False)
     return x
@@ -135,7 +147,12 @@ def permutation(s, n):
 def choice(s, pop, size):
     """``Generator.choice(pop, size, replace=False)``: the tail of a partial shuffle of
     ``arange(pop)`` for large draws from large populations, else Floyd's algorithm and a
-    shuffle."""
+    shuffle.
+
+    Raises:
+        ValueError: `pop` above 2**32 - 1 or `size` outside [0, pop]."""
+    if pop > _MAX_HIGH or size < 0 or size > pop:
+        raise ValueError("curi.pcg.choice supports 0 <= size <= pop <= 2**32 - 1")
     if pop > 10000 and size > pop // 50:
         x = np.arange(pop)
         _shuffle(s, x, max(pop - size, 1), True)

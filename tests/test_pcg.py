@@ -73,3 +73,20 @@ def test_bit_loops_set_bits_rows_equals_numpys():
     got, want = bit_loops.set_bits_rows(words), bits.set_bits_rows(words)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: pcg.integers(s, 0, np.empty(3, np.int64)),
+        lambda s: pcg.integers(s, 2**32, np.empty(3, np.int64)),
+        lambda s: pcg.integers(s, 2**40, np.empty(3, np.int64)),
+        lambda s: pcg.permutation(s, 2**32),
+        lambda s: pcg.choice(s, 2**33, 5),
+        lambda s: pcg.choice(s, 10, 11),
+    ],
+)
+def test_bounds_past_what_is_drawn_as_numpy_draws_are_refused(call):
+    _, s = _pair(0)
+    with pytest.raises(ValueError, match="curi.pcg"):
+        call(s)
