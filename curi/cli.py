@@ -9,14 +9,19 @@ before the command imports torch or opens a bank: a refused command leaves nothi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
+import os
 import re
+import stat
 import sys
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from curi.atomic import write_text
 from curi.errors import ConfigError, CuriError, SplitError, did_you_mean
 from curi.options import (
     Options,
@@ -227,25 +232,107 @@ def _prepare(cfg, fn, opts: Options, output_dir_given: bool) -> None:
         check(cfg)
 
 
-def _precheck(config_name: str, overrides: list[str], fn, opts: Options, given: bool) -> None:
+def _precheck(config_name: str, overrides: list[str], fn, opts: Options, given: bool) -> str | None:
     """Check every job's config and the run folder Hydra would make for it (one that
-    cannot be written is refused), before Hydra makes any."""
+    cannot be written is refused), before Hydra makes any. Returns the folder of the run's
+    record in its run folder (``hydra.output_subdir``, ``.hydra``), None when none is kept."""
+    from hydra.core.hydra_config import HydraConfig
+
     from curi.compose_cli import job_configs, run_folder
 
+    record = None
     for cfg in job_configs(config_name, overrides):
         folder = run_folder()
         if folder is not None:
             output_path(folder, folder=True, key="output_dir")
+            record = HydraConfig.get().output_subdir
+            RunRecord.check(Path(folder) / record)
         _prepare(cfg, fn, opts, given)
+    return record
 
 
-def _task(name: str, fn, opts: Options, output_dir_given: bool):
-    """The Hydra task: check the composed config (again: Hydra composed it anew), then run."""
+class RunRecord:
+    """A run's record in its run folder (``.hydra/``: ``config.yaml``, ``hydra.yaml``,
+    ``overrides.yaml``, as Hydra writes them), written by curi instead of Hydra, which writes it
+    before the command's function runs: a run the command refuses (a folder finished with
+    other settings, a run of other settings, a sweep another process holds) rewrote the
+    record of the run that made the folder. Here the record is written at the start only into
+    a folder that has none (a run killed later keeps it), else once the command has ended
+    without refusing the folder; each file atomically (`curi.atomic`)."""
+
+    def __init__(self, cfg, subdir: str) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import OmegaConf
+
+        hydra = OmegaConf.to_container(HydraConfig.get(), resolve=False)
+        hydra["output_subdir"] = subdir  # as Hydra would have kept it, not curi's null
+        hydra["overrides"]["hydra"].remove(_NO_SUBDIR)  # curi's, not the user's
+        self.folder = Path(HydraConfig.get().runtime.output_dir) / subdir
+        self.texts = {  # now: the command's check may write normalised values into cfg
+            "config.yaml": OmegaConf.to_yaml(cfg),
+            "hydra.yaml": OmegaConf.to_yaml({"hydra": hydra}),
+            "overrides.yaml": OmegaConf.to_yaml(hydra["overrides"]["task"]),
+        }
+
+    @staticmethod
+    def check(folder: Path) -> None:
+        """Refuse a record folder that is a symlink or not a folder (never written through)."""
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise ConfigError(f"cannot keep the run's config in {folder}: {e.strerror}") from None
+        if not stat.S_ISDIR(mode):
+            what = f"a symlink to {os.readlink(folder)}" if stat.S_ISLNK(mode) else "not a folder"
+            raise ConfigError(
+                f"the run's config goes to {folder}, which is {what}; give another output_dir"
+            )
+
+    def write(self, *, first: bool = False) -> None:
+        """Write the record; with `first`, only into a folder that holds none yet."""
+        if first and (self.folder / "config.yaml").exists():
+            return
+        self.check(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.check(self.folder)  # made meanwhile by another process as a link
+        for name, text in self.texts.items():
+            write_text(self.folder / name, text)
+
+
+# Appended by `main` when curi writes the run's record itself (`RunRecord`).
+_NO_SUBDIR = "hydra.output_subdir=null"
+
+
+@contextlib.contextmanager
+def _recorded(record: RunRecord | None) -> Iterator[None]:
+    """Keep the run's record (`RunRecord`) around the command: a refusal (a `CuriError`)
+    leaves the folder's record as it was; any other end, a stop by a signal included, writes
+    it."""
+    if record is None:
+        yield
+        return
+    record.write(first=True)
+    try:
+        yield
+    except CuriError:
+        raise
+    except BaseException:
+        record.write()
+        raise
+    record.write()
+
+
+def _task(name: str, fn, opts: Options, output_dir_given: bool, record: str | None):
+    """The Hydra task: check the composed config (again: Hydra composed it anew), then run;
+    `record`: the folder of the run's record that curi writes (`RunRecord`), or None."""
 
     def task(cfg) -> None:
         try:
+            run = None if record is None else RunRecord(cfg, record)
             _prepare(cfg, fn, opts, output_dir_given)
-            fn(cfg)
+            with _recorded(run):
+                fn(cfg)
         except CuriError as e:
             _fail(name, e)
         except (OSError, RuntimeError) as e:
@@ -312,15 +399,18 @@ def main(argv: list[str] | None = None) -> None:
         rest = [*rest, *_run_dir(rest, opts), f"hydra.job.name={config_name}"]
         from curi.compose_cli import composable
 
-        if composable(rest):
-            _precheck(config_name, rest, fn, opts, given)
+        record = None
+        if composable(rest):  # else (--cfg, --info ...) Hydra keeps the record as it does
+            record = _precheck(config_name, rest, fn, opts, given)
+        if record is not None:  # curi writes it, once the command has not refused the folder
+            rest.append(_NO_SUBDIR)
     except CuriError as e:
         _fail(name, e)
     import hydra
 
     app = hydra.main(
         config_path=f"pkg://{CONF_PACKAGE}", config_name=config_name, version_base="1.3"
-    )(_task(name, fn, opts, given))
+    )(_task(name, fn, opts, given, record))
     sys.argv = [f"curi {name.replace('.', ' ')}", *rest]
     app()
 
