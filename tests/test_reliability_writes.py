@@ -100,16 +100,14 @@ def test_cli_a_symlinked_parts_folder_is_one_line(tiny_bank_dir, tmp_path, capsy
         main(args)
     _plant(out, tmp_path / "victim", "link")
     capsys.readouterr()
-    monkeypatch.setattr(curi.export.write, "_export_range", _REAL_RANGE)
+    monkeypatch.undo()  # the jobs as they are
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
         main(args)
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1, err
     assert err[0].startswith("curi episodes: error: the parts folder") and "symlink" in err[0]
     assert {p: p.read_bytes() for p in files} == files and not out.exists()
-
-
-_REAL_RANGE = curi.export.write._export_range
 
 
 # --- the run summary of curi train and curi baselines ---------------------------------------
