@@ -33,6 +33,7 @@ log = logging.getLogger("curi")
 
 def _check_gap(cfg: DictConfig) -> None:
     check_gap_options(cfg.episodes.test, cfg.workers, cfg.seed)
+    validate.number(cfg.progress_every, "progress_every", low=0)
     if cfg.get("split") is None:
         validate.splits(OmegaConf.to_container(cfg.splits, resolve=True))
     check_bank_of(cfg)
@@ -62,6 +63,7 @@ def gap(cfg: DictConfig) -> None:
                 **options,
                 workers=cfg.workers,
                 progress=cfg.progress,
+                progress_every=cfg.progress_every,
                 done=done,
                 on_rows=lambda rows: folder.save(rows, meta=meta),
             )

@@ -41,6 +41,7 @@ from curi.oracles.metrics import (
 from curi.oracles.oracle import Oracle
 from curi.posterior import LIKELIHOODS
 from curi.prior import PRIORS
+from curi.progress import progress_bar
 from curi.rng import DerivedStream
 from curi.signals import worker_pool, worker_signals
 from curi.splits import PAPER_SPLITS, Split, make_split
@@ -227,6 +228,7 @@ def compositionality_gap(
     divergences: bool = True,
     workers: int = 0,
     progress: bool = True,
+    progress_every: float = 0.0,
     negative_sampler: str = "paper",
     done: Iterable[dict] = (),
     on_rows: Callable[[list[dict]], None] | None = None,
@@ -248,6 +250,8 @@ def compositionality_gap(
         divergences: also compute DBCA atom / compound divergences per split.
         workers: processes (0: one per CPU core).
         progress: show a progress bar (episodes of all rows).
+        progress_every: without `progress`, log the progress (episodes done of all rows, rows
+            done, the time left) every that many seconds (0: never); see `curi.progress`.
         negative_sampler: how negatives are drawn (`curi.episodes.NEGATIVE_SAMPLERS`:
             ``paper``, or ``matched`` to the positives' object counts and distinct colours).
         done: rows already scored with these settings (an earlier, interrupted call's): kept
@@ -261,6 +265,7 @@ def compositionality_gap(
             negatives, or no split or no negatives at all.
     """
     episodes, workers, seed = check_gap_options(episodes, workers, seed)
+    progress_every = validate.number(progress_every, "progress_every", low=0)
     validate.choice(prior, "prior", PRIORS)  # else refused in a worker, after the bank loaded
     validate.choice(likelihood, "likelihood", LIKELIHOODS)
     splits, negatives = _as_lists(splits, negatives)
@@ -282,7 +287,8 @@ def compositionality_gap(
         (*k, a, min(a + CHUNK, episodes)) for k in table.missing for a in range(0, episodes, CHUNK)
     ]
     workers = min(workers or available_cores(), len(tasks))
-    _run_jobs(_GapJobs(bank, scorer, resolved), tasks, workers, table, progress)
+    bar = {"show": progress, "progress_every": progress_every}
+    _run_jobs(_GapJobs(bank, scorer, resolved), tasks, workers, table, bar)
     return table.rows()
 
 
@@ -392,25 +398,25 @@ def _run_in_worker(task: tuple):
     return _worker_jobs(task)
 
 
-def _run_jobs(jobs: _GapJobs, tasks: list, workers: int, table: _Table, progress: bool) -> None:
+def _run_jobs(jobs: _GapJobs, tasks: list, workers: int, table: _Table, progress: dict) -> None:
     """Run `tasks` by `workers` forked processes (the bank, evaluation set and splits reach
     them as the pool's initializer arguments, shared copy-on-write) or, with one worker, in
-    this process, handing each result to `table` as it comes."""
-    from tqdm import tqdm
-
+    this process, handing each result to `table` as it comes; `progress`: the options of
+    `curi.progress.progress_bar` (a bar, or lines in the log)."""
     episodes = max((t[3] for t in tasks if t != _DIVERGENCES), default=0)
     total = episodes * len(table.missing)
     # smoothing=0: the ETA from the mean rate since the start, which settles; chunks arrive in
     # bursts (one per worker) and the first of each worker is slower (its caches fill)
-    bar = tqdm(total=total, desc="gap", unit="episode", smoothing=0, disable=not progress)
+    bar = progress_bar(total, "gap", unit="episode", smoothing=0, logger=log, **progress)
     with bar:
 
         def collect(results) -> None:
             for task, result in results:
                 table.add(task, result, jobs.splits, episodes)
-                if task != _DIVERGENCES:
+                if task != _DIVERGENCES:  # the rows done, shown with the next redraw
+                    rows = f"{len(table.finished)}/{len(table.keys)} rows"
+                    bar.set_postfix_str(rows, refresh=False)
                     bar.update(task[3] - task[2])
-                    bar.set_postfix_str(f"{len(table.finished)}/{len(table.keys)} rows")
 
         if workers <= 1:
             collect(map(jobs, tasks))
