@@ -28,7 +28,7 @@ from curi.prior import length_log_prior
 from curi.rejection import REASONS, static_rejection
 from curi.rng import derive_rng
 from curi.scenes import sample_scenes
-from curi.signals import worker_pool
+from curi.signals import Interrupted, stop_on_signals, worker_pool
 
 __all__ = ["build_into"]
 
@@ -38,7 +38,29 @@ log = logging.getLogger("curi.bank")
 def build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
     """Write the bank `cfg` describes into the empty folder `out` (paper Appendix B.2): sample
     scenes and concepts, reject and de-duplicate, execute and filter, group synonyms, draw the
-    evaluation set, then the files and the sealed manifest, checked as `load_bank` checks it."""
+    evaluation set, then the files and the sealed manifest, checked as `load_bank` checks it.
+
+    Ctrl-C or SIGTERM stops the build (`curi.signals.Interrupted`: exit status 130 or 143)
+    with one logged line, its workers ended; `out` is the caller's temporary folder
+    (`curi.atomic.atomic_dir`), so nothing is published and a bank already there is kept. Under
+    a command that answers the signals itself (`curi gap`), that command says what it kept."""
+    try:
+        with stop_on_signals() as ours:
+            _build_into(out, cfg, progress)
+    except Interrupted as stop:
+        if ours:
+            final = out.parent / cfg.name  # `out` is its temporary, beside it
+            log.warning(
+                "bank build %s; nothing published at %s (a bank already there is unchanged); "
+                "the same command builds it",
+                stop,
+                final,
+            )
+        raise
+
+
+def _build_into(out: Path, cfg: BankConfig, progress: bool) -> None:
+    """`build_into`'s work, its signals handled there."""
     timings: dict[str, float] = {}
     workers = cfg.workers or available_cores()
     with _timed(timings, "scenes"):

@@ -192,8 +192,8 @@ def start_runtime(device: str = "auto", *, settings: TrainSettings | None = None
 class TrainingStopped(Interrupted):
     """Training stopped on a signal (`StopSignals`) after saving a checkpoint of the step
     reached (`curi.signals.Interrupted`: uncaught, it ends the process with exit status 128 +
-    the signal's number, 138 for SIGUSR1, 143 for SIGTERM). Running the same command again
-    resumes.
+    the signal's number: 138 for SIGUSR1, 143 for SIGTERM, 130 for SIGINT). Running the same
+    command again resumes.
 
     Attributes:
         signum: the signal.
@@ -214,10 +214,12 @@ class TrainingStopped(Interrupted):
 
 
 class StopSignals:
-    """SIGUSR1 and SIGTERM, while the block runs, ask training to stop at a step boundary
-    instead of ending the process: SLURM sends one before preemption or the time limit
-    (``--signal=USR1@120``; submitit's default is USR1). A signal whose handler is
-    ``SIG_IGN`` stays ignored; the previous handlers come back at the end of the block.
+    """SIGUSR1, SIGTERM and SIGINT (Ctrl-C), while the block runs, ask training to stop at a
+    step boundary instead of ending the process: SLURM sends one before preemption or the time
+    limit (``--signal=USR1@120``; submitit's default is USR1), and Ctrl-C ended the run with a
+    traceback, losing the steps since its last checkpoint. A signal whose handler is
+    ``SIG_IGN`` stays ignored (a background job's Ctrl-C); the previous handlers come back at
+    the end of the block.
 
     Every process calls `should_stop` once after each step. Alone, it answers at once. Under
     DDP each process may get the signal at a different step, so the answer is agreed: every
@@ -232,7 +234,7 @@ class StopSignals:
     ignores the stop signals, and the main process ends its workers after the stop.
     """
 
-    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
     _open = False  # a block has installed its handlers in this process (forks inherit it)
 
     def __init__(self, rt: Runtime) -> None:
@@ -245,7 +247,7 @@ class StopSignals:
     @staticmethod
     def worker_init(worker_id: int) -> None:
         """A DataLoader ``worker_init_fn``: in a worker forked while a block is open (in the
-        main thread), SIGUSR1 and SIGTERM are ignored; elsewhere nothing changes."""
+        main thread), the stop signals are ignored; elsewhere nothing changes."""
         if StopSignals._open:
             for sig in StopSignals.SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)
@@ -280,9 +282,10 @@ class StopSignals:
     def forward(self, signum: int) -> None:
         """Call the handler the signal had before the block, if it was a Python function (as
         submitit's, which requeues the job): after the checkpoint, the job's launcher acts.
-        Call it after the block, once the step reached is saved."""
+        Call it after the block, once the step reached is saved. Python's own Ctrl-C handler
+        is not called: its `KeyboardInterrupt` would end the stop in a traceback."""
         before = self._previous.get(signum)
-        if callable(before):
+        if callable(before) and before is not signal.default_int_handler:
             before(signum, None)
 
     def __exit__(self, exc_type, exc, tb) -> None:
