@@ -1,7 +1,8 @@
-"""An `EpisodeSampler`'s per-episode draws, compiled by numba for many episodes at once
-(`curi.episode_batch`): each is the sampler's own draw (`curi.episodes`) made with `curi.pcg`
-on the episode's stream state, so it draws the same numbers and leaves the stream where the
-sampler's numpy generator leaves it (tests/test_episodes.py checks the episodes)."""
+"""An `EpisodeSampler`'s draws, compiled by numba: one episode's (`head`, `negative_set`,
+`order_pair`: what ``sampler[i]`` calls) and many episodes' at once (`curi.episode_batch`),
+all made with `curi.pcg` on the episodes' stream states, so one-by-one and batched episodes
+draw the same numbers whatever numpy does (tests/test_episodes.py checks both against a plain
+numpy sampler, tests/test_expected.py against stored episodes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,19 @@ from curi import pcg
 from curi.bit_loops import lowest, popcount
 from curi.kernel import kernel
 
-__all__ = ["candidates", "exact_set", "heads", "orders", "rounds", "select"]
+__all__ = [
+    "candidates",
+    "distinct",
+    "exact_set",
+    "head",
+    "heads",
+    "negative_set",
+    "not_h_set",
+    "order_pair",
+    "orders",
+    "rounds",
+    "select",
+]
 
 _ONE = np.uint64(1)
 
@@ -64,7 +77,9 @@ def _among(c, values, n):
 def distinct(s, n, k):
     """`curi.episodes._distinct`: k distinct integers of [0, n) in random order (k <= n):
     the distinct values of 2k draws, ascending, more draws of k merged in until k are found,
-    then shuffled (a few dozen values: kept sorted by insertion)."""
+    then shuffled (a few dozen values: kept sorted by insertion). k = 0 draws nothing."""
+    if k == 0:
+        return np.empty(0, np.int64)
     if 4 * k > n:
         return pcg.permutation(s, n)[:k].copy()
     found = np.empty(2 * k, np.int64)  # fewer than k, then k more draws: under 2k
@@ -83,16 +98,24 @@ def distinct(s, n, k):
 
 
 @kernel
+def head(s, cum, concepts, counts, k):  # pragma: no cover (compiled)
+    """(concept, (k,) ranks of its positives) of one episode from its episode stream's state
+    `s` (advanced): a uniform draw against the prior's cumulative weights `cum`, then `k`
+    distinct ranks among the concept's ``counts[h]`` scenes (`EpisodeSampler._positive_ranks`)."""
+    u = np.empty(1)
+    pcg.random(s, u)
+    h = concepts[min(_upper_bound(cum, u[0]), len(cum) - 1)]
+    return h, distinct(s, counts[h], k)
+
+
+@kernel
 def heads(states, cum, concepts, counts, k):  # pragma: no cover (compiled)
-    """((E,) concepts, (E, k) ranks of their positives): `EpisodeSampler._positive_ranks` of
-    E episodes from their episode streams' `states` (advanced in place)."""
+    """((E,) concepts, (E, k) ranks of their positives): `head` of E episodes from their
+    episode streams' `states` (advanced in place)."""
     h = np.empty(len(states), np.int64)
     ranks = np.empty((len(states), k), np.int64)
-    u = np.empty(1)
     for e in range(len(states)):
-        pcg.random(states[e], u)
-        h[e] = concepts[min(_upper_bound(cum, u[0]), len(cum) - 1)]
-        drawn = distinct(states[e], counts[h[e]], k)
+        h[e], drawn = head(states[e], cum, concepts, counts, k)
         for j in range(k):  # (element by element: an array assignment compiles slowly)
             ranks[e, j] = drawn[j]
     return h, ranks
@@ -126,13 +149,19 @@ def select(words, h, ranks):  # pragma: no cover (compiled)
 
 
 @kernel
+def order_pair(s, n):  # pragma: no cover (compiled)
+    """The two permutations of n that shuffle one episode's support and query sets, from its
+    order stream's state `s` (`EpisodeSampler._orders`)."""
+    return pcg.permutation(s, n), pcg.permutation(s, n)
+
+
+@kernel
 def orders(states, n):  # pragma: no cover (compiled)
-    """((E, n), (E, n)): `EpisodeSampler._orders` of E episodes (two permutations each)."""
+    """((E, n), (E, n)): `order_pair` of E episodes."""
     s_perm = np.empty((len(states), n), np.int64)
     q_perm = np.empty((len(states), n), np.int64)
     for e in range(len(states)):
-        s_order = pcg.permutation(states[e], n)
-        q_order = pcg.permutation(states[e], n)
+        s_order, q_order = order_pair(states[e], n)
         for j in range(n):
             s_perm[e, j], q_perm[e, j] = s_order[j], q_order[j]
     return s_perm, q_perm
@@ -190,26 +219,95 @@ def exact_set(words, alt, h, used, k, n, s):  # pragma: no cover (compiled)
             w = _upper_bound(cum, r)
             within = r - (cum[w] - popcount(pool[w]))
             out[i] = 64 * w + _nth_bit(pool[w], within)
-    got = take
-    if got < k:  # the pool is too small: random scenes not satisfying h
-        seen = np.empty(len(used) + k, np.int64)  # the used scenes, then those kept
-        for i in range(len(used)):
-            seen[i] = used[i]
-        for i in range(got):
-            seen[len(used) + i] = out[i]
-        n_seen = len(used) + got
-        draw = np.empty(2 * (k - take) + 8, np.int64)
-        while got < k:
-            pcg.integers(s, n, draw)
-            for c in draw:
-                if _not_h(row, c) and not _among(c, seen, n_seen):
-                    seen[n_seen] = c
-                    n_seen += 1
-                    out[got] = c
-                    got += 1
-                    if got == k:
-                        break
+    if take < k:  # the pool is too small: random scenes not satisfying h
+        _fill_not_h(row, used, out, take, n, s)
     return out
+
+
+@kernel
+def _fill_not_h(row, used, out, got, n, s):  # pragma: no cover (compiled)
+    """Fill ``out[got:]`` with distinct random scenes of `n` that do not satisfy h (its
+    packed `row`), are not `used` and not in ``out[:got]``, drawn in rounds of twice the
+    number missing plus 8 (`EpisodeSampler._random_not_h`); the state `s` advances."""
+    k = len(out)
+    seen = np.empty(len(used) + k, np.int64)  # the used scenes, then those kept
+    for i in range(len(used)):
+        seen[i] = used[i]
+    for i in range(got):
+        seen[len(used) + i] = out[i]
+    n_seen = len(used) + got
+    draw = np.empty(2 * (k - got) + 8, np.int64)
+    while got < k:
+        pcg.integers(s, n, draw)
+        for c in draw:
+            if _not_h(row, c) and not _among(c, seen, n_seen):
+                seen[n_seen] = c
+                n_seen += 1
+                out[got] = c
+                got += 1
+                if got == k:
+                    break
+
+
+@kernel
+def not_h_set(row, used, k, n, s):  # pragma: no cover (compiled)
+    """k distinct random scenes of `n` that do not satisfy h (its packed `row`) and are not
+    `used` (`EpisodeSampler._random_not_h`); the state `s` advances."""
+    out = np.empty(k, np.int64)
+    _fill_not_h(row, used, out, 0, n, s)
+    return out
+
+
+@kernel
+def _by_rejection(by_scene, alt, h, used, k, n, batch, max_rounds, s):  # pragma: no cover
+    """(k negatives, found): random scenes kept when they satisfy an alternate (`alt`, packed)
+    and not h, are not `used` and not kept already, in up to `max_rounds` rounds of `batch`
+    (`EpisodeSampler._pool_by_rejection`); the state `s` advances."""
+    out = np.empty(k, np.int64)
+    seen = np.empty(len(used) + k, np.int64)
+    for i in range(len(used)):
+        seen[i] = used[i]
+    n_seen, got = len(used), 0
+    h_word, h_bit = h >> 6, _ONE << np.uint64(h & 63)
+    cand = np.empty(batch, np.int64)
+    for _ in range(max_rounds):
+        pcg.integers(s, n, cand)
+        for c in cand:
+            row = by_scene[c]
+            if row[h_word] & h_bit:
+                continue
+            hit = False
+            for w in range(len(alt)):
+                if row[w] & alt[w]:
+                    hit = True
+                    break
+            if hit and not _among(c, seen, n_seen):
+                seen[n_seen] = c
+                n_seen += 1
+                out[got] = c
+                got += 1
+                if got == k:
+                    return out, True
+    return out, False
+
+
+@kernel
+def negative_set(words, by_scene, alt, h, used, k, most_exact, batch, max_rounds, s):
+    """One set's k negatives (`EpisodeSampler._negatives`, paper sampler) from its stream's
+    state `s` (advanced): with no alternate (`alt`, packed; easy negatives pass none), random
+    scenes not satisfying h; with more than `most_exact`, the pool by rejection, falling back
+    to the exact pool; else the exact pool (`exact_set`). `used`: the scenes left out."""
+    n = by_scene.shape[0]
+    n_alt = 0
+    for w in range(len(alt)):
+        n_alt += popcount(alt[w])
+    if n_alt == 0:
+        return not_h_set(words[h], used, k, n, s)
+    if n_alt > most_exact:
+        out, found = _by_rejection(by_scene, alt, h, used, k, n, batch, max_rounds, s)
+        if found:
+            return out
+    return exact_set(words, alt, h, used, k, n, s)
 
 
 @kernel

@@ -1,11 +1,12 @@
 """Few-shot episodes built on demand (CURI paper, section 3 and Appendix D): a concept drawn by
 its length prior, 5 + 5 positives, and hard or easy negatives for support and query, all a pure
 function of (bank, split, subset, negatives, seed, index) and found with bit operations on the
-bank."""
+bank. Every random draw is curi's own (`curi.pcg`, through the kernels of
+`curi.episode_draws`), whichever numpy is installed, and the batched path
+(`curi.episode_batch`) draws through the same functions, so the two cannot diverge."""
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,32 +84,6 @@ class Episode:
             d["support_records"] = self.support_records()
             d["query_records"] = self.query_records()
         return d
-
-
-def _distinct(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
-    """k distinct integers from [0, n), in random order (k is small, n may be huge)."""
-    if k > n:
-        raise ValueError(f"cannot draw {k} distinct values from {n}")
-    if 4 * k > n:
-        return rng.permutation(n)[:k]
-    # sorted(set()) is np.unique for a few dozen values, at a third of its cost
-    out = sorted(set(rng.integers(0, n, size=2 * k).tolist()))
-    while len(out) < k:
-        out = sorted(set(rng.integers(0, n, size=k).tolist()).union(out))
-    out = np.array(out, np.int64)
-    rng.shuffle(out)  # what rng.permutation(out) does to its copy
-    return out[:k]
-
-
-def _clear_bits(words: np.ndarray, ids: np.ndarray) -> None:
-    """Clear the bits `ids` of the packed row `words`, in place: each word touched once, with
-    the OR of its ids' bits (`np.bitwise_and.at` costs 20 times more for a few dozen ids)."""
-    if len(ids) == 0:
-        return
-    ids = np.sort(ids)
-    word = ids >> 6
-    at = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
-    words[word[at]] &= ~np.bitwise_or.reduceat(np.uint64(1) << (ids & 63).astype(np.uint64), at)
 
 
 def _matched_keys(scenes) -> np.ndarray:
@@ -196,14 +171,17 @@ class EpisodeSampler:
         self._tag = f"{self.split.name}:{subset}"
         self.shuffle = bool(shuffle)
         # the streams of derive_rng(seed, purpose, i), for concept and positives, negatives and
-        # order; and the prior's cumulative weights as a list, for bisect (np.searchsorted's
-        # answer for one value, at a tenth of its cost)
+        # order: their PCG64 states, drawn from by `curi.pcg`
         self._streams = (
             DerivedStream(self.seed, f"episode:{self._tag}", "episode"),
             DerivedStream(self.seed, f"negatives:{self._tag}:{negatives}", "negatives"),
             DerivedStream(self.seed, f"order:{self._tag}", "order"),
         )
-        self._cum_list = self._cum.tolist()
+        from curi import episode_draws  # numba, loaded when a sampler is made
+
+        self._draws = episode_draws
+        self._concepts64 = np.asarray(self.concepts, np.int64)
+        self._counts64 = np.asarray(bank.counts, np.int64)
         self._labels = np.r_[
             np.ones(self.num_positives, np.int8), np.zeros(self.num_negatives, np.int8)
         ]
@@ -301,20 +279,20 @@ class EpisodeSampler:
 
     def _positive_ranks(self, i: int) -> tuple[int, np.ndarray]:
         """(concept, the ranks of episode i's positives among the concept's scenes)."""
-        rng = self._streams[0].rng(i)
-        k = min(bisect.bisect_right(self._cum_list, rng.random()), len(self._cum_list) - 1)
-        h = int(self.concepts[k])
-        return h, _distinct(rng, int(self.bank.counts[h]), 2 * self.num_positives)
+        state = self._streams[0].state(i)
+        h, ranks = self._draws.head(
+            state, self._cum, self._concepts64, self._counts64, 2 * self.num_positives
+        )
+        return int(h), ranks
 
     def _both_negatives(self, i: int, h: int, pos: np.ndarray) -> tuple:
         """(support negatives, support alternates, query negatives, query alternates) of
         episode i, from its negatives' stream."""
         npos, row = self.num_positives, self.bank.truth_words[h]
-        neg_rng = self._streams[1].rng(i)
-        used = set(pos.tolist())
-        s_neg, s_alt = self._negatives(self.negatives, h, row, pos[:npos], used, neg_rng)
-        used.update(s_neg.tolist())
-        q_neg, q_alt = self._negatives(self._query_kind, h, row, pos[npos:], used, neg_rng)
+        state = self._streams[1].state(i)
+        s_neg, s_alt = self._negatives(self.negatives, h, row, pos[:npos], pos, state)
+        used = np.concatenate([pos, s_neg])
+        q_neg, q_alt = self._negatives(self._query_kind, h, row, pos[npos:], used, state)
         return s_neg, s_alt, q_neg, q_alt
 
     @property
@@ -324,9 +302,8 @@ class EpisodeSampler:
 
     def _orders(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """The permutations that shuffle episode i's support and query sets."""
-        order_rng = self._streams[2].rng(i)
         n = self.num_positives + self.num_negatives
-        return order_rng.permutation(n), order_rng.permutation(n)
+        return self._draws.order_pair(self._streams[2].state(i), n)
 
     def _cum_of(self, h: int) -> np.ndarray:
         """The cumulative popcount of concept h's row (`select_bits`), kept for the next
@@ -344,79 +321,34 @@ class EpisodeSampler:
     def _matched(self) -> bool:
         return self.negative_sampler != "paper"
 
-    def _negatives(self, kind, h, row, positives, used, rng):
-        """(negative ids, alternates) for one set."""
+    def _negatives(self, kind, h, row, positives, used, state):
+        """(negative ids, alternates) for one set, drawn from the stream at `state` (advanced);
+        `used`: the scenes it must leave out (int64)."""
         if self._matched:
-            return self._matched_negatives(kind, h, row, positives, used, rng)
+            return self._matched_negatives(kind, h, row, positives, set(used.tolist()), state)
         if kind == "easy":
-            return self._random_not_h(row, used, self.num_negatives, rng), np.zeros(0, np.int64)
-        # the concepts true on every positive (`consistent_words` with positives only), but h
-        alt_words = np.bitwise_and.reduce(self.bank.truth_by_scene[positives], 0)
-        alt_words[h >> 6] &= ~np.uint64(1 << (h & 63))
-        alternates = set_bits(alt_words)
-        chosen = np.zeros(0, np.int64)
-        if len(alternates) > _EXACT_MAX_ALTERNATES:
-            chosen = self._pool_by_rejection(alt_words, h, used, rng)
-        if len(chosen) < self.num_negatives and len(alternates):
-            chosen = self._pool_exact(alternates, row, used, rng)
-        short = self.num_negatives - len(chosen)
-        if short > 0:  # the pool is too small: fill with random scenes not satisfying h
-            fill = self._random_not_h(row, used | set(chosen.tolist()), short, rng)
-            chosen = np.concatenate([chosen, fill])
+            alt_words = np.zeros(self.bank.truth_by_scene.shape[1], np.uint64)
+            alternates = np.zeros(0, np.int64)
+        else:  # the concepts true on every positive (`consistent_words`, positives only), but h
+            alt_words = np.bitwise_and.reduce(self.bank.truth_by_scene[positives], 0)
+            alt_words[h >> 6] &= ~np.uint64(1 << (h & 63))
+            alternates = set_bits(alt_words)
+        chosen = self._draws.negative_set(
+            self.bank.truth_words,
+            self.bank.truth_by_scene,
+            alt_words,
+            h,
+            used,
+            self.num_negatives,
+            _EXACT_MAX_ALTERNATES,
+            _BATCH,
+            _MAX_ROUNDS,
+            state,
+        )
         return chosen, alternates
 
-    def _pool_exact(self, alternates, row, used, rng):
-        """Uniform distinct draws from the pool, computed as OR of the alternates' rows."""
-        words = self.bank.truth_words
-        pool = words[alternates[0]].copy()
-        for a in alternates[1:].tolist():  # row by row: no (alternates, W) copy
-            pool |= words[a]
-        pool &= ~row
-        _clear_bits(pool, np.fromiter(used, np.int64, len(used)))
-        cum = np.cumsum(np.bitwise_count(pool), dtype=np.int64)
-        size = int(cum[-1])
-        take = min(size, self.num_negatives)
-        if not take:
-            return np.zeros(0, np.int64)
-        return select_bits(pool, _distinct(rng, size, take), cum=cum)
-
-    def _pool_by_rejection(self, alt_words, h, used, rng):
-        """Uniform distinct draws from the pool: random scenes kept when they satisfy some
-        alternate and not h (same distribution as `_pool_exact`, cheaper for big pools)."""
-        n, by_scene = self.bank.num_scenes, self.bank.truth_by_scene
-        h_word, h_bit = h >> 6, np.uint64(1 << (h & 63))  # "not h" read off the same rows
-        got: list[int] = []
-        seen = set(used)
-        for _ in range(_MAX_ROUNDS):
-            cand = rng.integers(0, n, size=_BATCH)
-            rows = by_scene[cand]  # (64, ceil(H / 64))
-            not_h = (rows[:, h_word] & h_bit) == 0
-            in_pool = (np.bitwise_or.reduce(rows & alt_words, 1) != 0) & not_h
-            for c in cand[in_pool].tolist():
-                if c not in seen:
-                    seen.add(c)
-                    got.append(c)
-                    if len(got) == self.num_negatives:
-                        return np.array(got, np.int64)
-        return np.zeros(0, np.int64)  # pool too sparse for rejection: the caller goes exact
-
-    def _random_not_h(self, row, used, k, rng):
-        """k distinct random scenes that do not satisfy h and are not in `used`."""
-        n, row8 = self.bank.num_scenes, row.view(np.uint8)
-        got: list[int] = []
-        seen = set(used)
-        while len(got) < k:
-            cand = rng.integers(0, n, size=2 * k + 8)
-            for c in cand[(row8[cand >> 3] & _BIT[cand & 7]) == 0].tolist():
-                if c not in seen:
-                    seen.add(c)
-                    got.append(c)
-                    if len(got) == k:
-                        break
-        return np.array(got, np.int64)
-
     # --- negatives matched to the positives' scene statistics (negative_sampler) -------------
-    def _matched_negatives(self, kind, h, row, positives, used, rng):
+    def _matched_negatives(self, kind, h, row, positives, used, state):
         """(negative ids, alternates) for one set: negative j has the `_matched_keys` key of
         positive j mod num_positives, uniform over the pool's scenes of that key."""
         row8 = row.view(np.uint8)
@@ -446,17 +378,21 @@ class EpisodeSampler:
             ids = self._key_order[self._key_start[k] : self._key_start[k + 1]]
             picks = []
             if len(alternates) and pool is None:
-                picks = self._draw_matching(ids, accept, m, seen, rng, exact=False)
+                picks = self._draw_matching(ids, accept, m, seen, state, exact=False)
                 if len(picks) < m:
                     pool = self._list_pool(alternates, row)
             if len(alternates) and len(picks) < m:
-                picks += self._draw_distinct(pool[self._key[pool] == k], m - len(picks), seen, rng)
+                picks += _draw_distinct(pool[self._key[pool] == k], m - len(picks), seen, state)
             if len(picks) < m:  # easy, or the pool lacks scenes of this key
-                picks += self._draw_matching(ids, not_h, m - len(picks), seen, rng)
+                picks += self._draw_matching(ids, not_h, m - len(picks), seen, state)
             if len(picks) < m and len(alternates):  # no scene of this key outside h: the pool
-                picks += self._draw_distinct(pool, m - len(picks), seen, rng)
+                picks += _draw_distinct(pool, m - len(picks), seen, state)
             if len(picks) < m:  # nor in the pool: a random scene not satisfying h
-                picks += self._random_not_h(row, seen, m - len(picks), rng).tolist()
+                used_now = np.fromiter(seen, np.int64, len(seen))
+                short = m - len(picks)
+                picks += self._draws.not_h_set(
+                    row, used_now, short, self.bank.num_scenes, state
+                ).tolist()
             seen.update(picks)
             got += picks
         return np.array(got, np.int64), alternates
@@ -470,12 +406,14 @@ class EpisodeSampler:
             bits |= words[a]
         return set_bits(bits & ~row)
 
-    def _draw_matching(self, ids, accept, m, seen, rng, *, exact=True) -> list[int]:
+    def _draw_matching(self, ids, accept, m, seen, state, *, exact=True) -> list[int]:
         """Up to m distinct scenes of `ids` that `accept` passes and `seen` lacks, uniformly:
         by rejection, then (`exact`) by testing every scene of `ids`; `seen` grows."""
         got: list[int] = []
+        draw = np.empty(_BATCH, np.int64)
         for _ in range(_MATCH_ROUNDS):
-            cand = ids[rng.integers(0, len(ids), size=_BATCH)]
+            self._draws.pcg.integers(state, len(ids), draw)
+            cand = ids[draw]
             for c in cand[accept(cand)].tolist():
                 if c not in seen:
                     seen.add(c)
@@ -484,12 +422,15 @@ class EpisodeSampler:
                         return got
         if not exact:
             return got
-        return got + self._draw_distinct(ids[accept(ids)], m - len(got), seen, rng)
+        return got + _draw_distinct(ids[accept(ids)], m - len(got), seen, state)
 
-    @staticmethod
-    def _draw_distinct(ids, m, seen, rng) -> list[int]:
-        """Up to m distinct scenes of `ids` that `seen` lacks, uniformly; `seen` grows."""
-        ids = ids[~np.isin(ids, np.fromiter(seen, np.int64, len(seen)))]
-        got = ids[_distinct(rng, len(ids), min(len(ids), m))].tolist()
-        seen.update(got)
-        return got
+
+def _draw_distinct(ids, m, seen, state) -> list[int]:
+    """Up to m distinct scenes of `ids` that `seen` lacks, uniformly (`episode_draws.distinct`
+    from the stream at `state`); `seen` grows."""
+    from curi.episode_draws import distinct
+
+    ids = ids[~np.isin(ids, np.fromiter(seen, np.int64, len(seen)))]
+    got = ids[distinct(state, len(ids), min(len(ids), m))].tolist()
+    seen.update(got)
+    return got

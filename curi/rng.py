@@ -30,7 +30,7 @@ def derive_rng(seed: int, purpose: str, *index: int) -> np.random.Generator:
 # entropy words [seed, crc32(purpose), i] into a pool of four uint32 words (O'Neill's
 # seed_seq_fe), and i enters one word only, so the rest is mixed once per stream. Tests check
 # the streams against `derive_rng` (tests/test_episodes.py).
-_M32, _M128 = 0xFFFFFFFF, (1 << 128) - 1
+_M32, _M64, _M128 = 0xFFFFFFFF, (1 << 64) - 1, (1 << 128) - 1
 _PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341  # PCG64's 128-bit multiplier
 _LOCAL = threading.local()  # one reusable generator per stream slot and thread
 _BLOCK = 256  # states computed at once for indices read in order
@@ -167,6 +167,16 @@ class DerivedStream:
                 pairs.append((st["state"], st["inc"]))
             return states_of(pairs)
         return seeded(self._seed_words(start, stop))
+
+    def state(self, i: int) -> np.ndarray:
+        """(`curi.pcg.STATE_WORDS`,) uint64: the fresh PCG64 state of ``rng(i)``, to draw from
+        with `curi.pcg` (`states` for one index, from the blocks `rng` reads)."""
+        if self.seed > _M32 or i > _M32:
+            st = derive_rng(self.seed, self.purpose, i).bit_generator.state["state"]
+            state, inc = st["state"], st["inc"]
+        else:
+            state, inc = self._state_of(i)
+        return np.array((state >> 64, state & _M64, inc >> 64, inc & _M64, 0, 0), np.uint64)
 
     def rng(self, i: int) -> np.random.Generator:
         """A generator that draws what ``derive_rng(seed, purpose, i)`` draws."""

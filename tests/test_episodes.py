@@ -224,6 +224,45 @@ def test_same_episodes_as_the_plain_sampler(
     assert by_rejection > (10 if most_alternates < 32 else -1)
 
 
+@pytest.mark.parametrize(
+    "negatives, sampler", [("hard", "paper"), ("easy", "paper"), ("hard", "matched")]
+)
+def test_episodes_draw_with_curi_pcg_not_numpy(tiny_bank, monkeypatch, negatives, sampler):
+    """``sampler[i]`` draws with `curi.pcg` from its streams' states, as the batched path
+    does, never with a numpy Generator (whose methods numpy may change): with
+    `DerivedStream.rng` refused, episodes one by one still equal the batched ones."""
+    from curi.rng import DerivedStream
+
+    def refused(self, i):
+        raise AssertionError("a numpy Generator drew an episode")
+
+    monkeypatch.setattr(DerivedStream, "rng", refused)
+    s = EpisodeSampler(
+        tiny_bank, "concept_iid", "train", negatives, seed=4, negative_sampler=sampler
+    )
+    got = s.stacked(0, 30)
+    for i in range(30):
+        e = s[i]
+        np.testing.assert_array_equal(got["support_ids"][i], e.support_ids)
+        np.testing.assert_array_equal(got["query_ids"][i], e.query_ids)
+        np.testing.assert_array_equal(got["query_labels"][i], e.query_labels)
+
+
+def test_stream_state_is_the_generators_state():
+    """`DerivedStream.state` (what `curi.pcg` draws from) is ``rng(i)``'s PCG64 state, in
+    order, after a jump and past 32 bits."""
+    from curi.pcg import integers
+    from curi.rng import DerivedStream, derive_rng
+
+    for seed in (0, 2**32 - 1, 2**40):
+        stream = DerivedStream(seed, "negatives:x:hard", "test")
+        for i in (0, 1, 2, 300, 5, 2**32 - 1, 2**32):
+            out = np.empty(5, np.int64)
+            integers(stream.state(i), 1000, out)
+            want = derive_rng(seed, "negatives:x:hard", i).integers(0, 1000, 5)
+            np.testing.assert_array_equal(out, want)
+
+
 def test_streams_match_derive_rng():
     from curi.rng import DerivedStream, derive_rng
 
