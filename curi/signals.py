@@ -2,7 +2,9 @@
 block and puts the earlier ones back, `Interrupted` ends the process with the status a shell
 gives a process ended by the signal (128 + its number: 130 for SIGINT, 143 for SIGTERM), and
 `stop_on_signals` makes Ctrl-C or SIGTERM raise it, so a command can say in one line what it
-kept. Training's `curi.models.runtime.StopSignals` asks for a stop through `handling` too."""
+kept. Training's `curi.models.runtime.StopSignals` asks for a stop through `handling` too.
+`worker_pool` runs a process pool whose workers leave the signals to the parent
+(`worker_signals`) and, on a stop, ends them without waiting on their locks (`end_pool`)."""
 
 from __future__ import annotations
 
@@ -131,8 +133,8 @@ def worker_pool(
     terminates them in both cases, and a SIGTERM that reaches a worker still starting (its
     work done by the others) is lost: Python clears signals caught between ``fork`` and its
     own re-initialisation in the child, which then waits for ever, and so does the pool's
-    ``join`` (a CI run hung so). A stop that comes while the workers are being started ends
-    those started so far in the same way."""
+    ``join`` (a CI run hung so). The stop signals wait while the workers are forked (`_mask`);
+    an error then ends those started so far."""
     if "initializer" not in options:
         options["initializer"] = worker_signals
     before = set(multiprocessing.active_children())

@@ -20,7 +20,7 @@ from curi.divergence import COMPOUND_ALPHA
 from curi.errors import SplitError
 from curi.machine import available_cores
 from curi.rng import derive_rng
-from curi.signals import worker_signals
+from curi.signals import worker_pool
 from curi.splits.base import Split, check_split
 from curi.splits.mcd_greedy import Greedy, McdOptions, Side, Units
 from curi.splits.rules import register_split_rule
@@ -134,7 +134,7 @@ def _best_growth(
         counts = None if bar is None else ctx.RawArray("q", n)
         _WORK = (units, opts, seed, grow, counts)
         try:
-            with ctx.Pool(workers, initializer=worker_signals) as pool:  # leaving it ends the rest
+            with worker_pool(ctx, workers, finish=False) as pool:  # leaving it ends the rest
                 results = pool.imap(_grow_in_worker, range(n))  # in restart order
                 while len(runs) < n:
                     try:
