@@ -306,6 +306,76 @@ def test_sweep_jobs_go_under_output_dir(tiny_bank_dir, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]
 
 
+# --- a refused run leaves the folder's record (.hydra/) as it was -------------------------------
+RECORD = ("config.yaml", "overrides.yaml", "hydra.yaml")
+
+
+def _record(out: Path) -> dict[str, bytes]:
+    return {name: (out / ".hydra" / name).read_bytes() for name in RECORD}
+
+
+def test_a_refused_gap_leaves_the_finished_folders_record_as_it_was(tiny_bank_dir, tmp_path):
+    """`curi gap seed=1 prior=pcfg` into a finished seed-0 folder was refused, but Hydra had
+    rewritten .hydra/ first: the folder then said seed 1, pcfg. A run that is not refused
+    still writes its record, as Hydra wrote it."""
+    out = tmp_path / "gap"
+    args = ["gap", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", "episodes.test=100"]
+    args += ["splits=[concept_iid]", "negatives=[hard]", "progress=false", f"output_dir={out}"]
+    assert run_curi(*args, cwd=tmp_path).returncode == 0
+    before = _record(out)
+    hydra = before["hydra.yaml"].decode()
+    assert "output_subdir: .hydra" in hydra and "hydra.output_subdir=null" not in hydra
+    assert before["overrides.yaml"].decode().splitlines()[-1] == f"- output_dir={out}"
+    r = run_curi(*args, "seed=1", "prior=pcfg", cwd=tmp_path)
+    _one_line_error(r, f"curi gap: error: {out} holds a gap table made with other settings")
+    assert _record(out) == before
+    assert run_curi(*args, "workers=1", cwd=tmp_path).returncode == 0  # the same table: runs
+    assert "- workers=1" in _record(out)["overrides.yaml"].decode()
+
+
+def test_a_refused_train_leaves_the_runs_record_as_it_was(tiny_bank_dir, tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "bank=tiny", "train=tiny", f"data_dir={tiny_bank_dir.parent}"]
+    args += ["device=cpu", "train.steps=2", "train.eval_every=2", "train.checkpoint_every=2"]
+    args += ["train.val_episodes=4", "progress=false", f"output_dir={run}"]
+    assert run_curi(*args, cwd=tmp_path).returncode == 0
+    before = _record(run)
+    r = run_curi(*args, "seed=1", cwd=tmp_path)
+    _one_line_error(r, f"curi train: error: output_dir {run} already holds a run")
+    assert _record(run) == before
+
+
+def test_a_refused_baselines_leaves_the_sweeps_record_as_it_was(tiny_bank_dir, tmp_path):
+    """The sweep's lock is held (here by this process): the second command is refused; the
+    first one found a folder without a record, so it wrote one before its refusal."""
+    from curi.jobs import sweep_lock
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    args = ["baselines", "bank=tiny", "train=tiny", f"data_dir={tiny_bank_dir.parent}"]
+    args += ["only=[schema-relation_net]", "splits=[concept_iid]", f"output_dir={out}"]
+    with sweep_lock(out):
+        r = run_curi(*args, cwd=tmp_path)
+        _one_line_error(r, f"curi baselines: error: output_dir={out} (a sweep) is being written")
+        before = _record(out)
+        r = run_curi(*args, "seeds=[7]", "episodes=99", cwd=tmp_path)
+        _one_line_error(r, f"curi baselines: error: output_dir={out} (a sweep) is being written")
+    assert _record(out) == before and b"seeds=[7]" not in before["overrides.yaml"]
+
+
+def test_a_link_in_place_of_the_record_folder_is_refused_before_hydra(tiny_bank_dir, tmp_path):
+    """The record is never written through a symlink (its target would be overwritten)."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / ".hydra").symlink_to(elsewhere)
+    r = run_curi(
+        "split", "bank=tiny", f"data_dir={tiny_bank_dir.parent}", f"output_dir={out}", cwd=tmp_path
+    )
+    _one_line_error(r, f"curi split: error: the run's config goes to {out / '.hydra'}, which is")
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == [".hydra"]
+
+
 # --- --help --------------------------------------------------------------------------------------
 def _commands() -> list[str]:
     return sorted(ep.name.replace(".", "_") for ep in entry_points(group="curi.commands"))
