@@ -421,9 +421,21 @@ def _run_jobs(jobs: _GapJobs, tasks: list, workers: int, table: _Table, progress
         if workers <= 1:
             collect(map(jobs, tasks))
             return
+        _load_kernels(jobs, tasks)
         ctx = mp.get_context("fork")
         with worker_pool(ctx, workers, initializer=_init_worker, initargs=(jobs,)) as pool:
             collect(pool.imap_unordered(_run_in_worker, tasks))
+
+
+def _load_kernels(jobs: _GapJobs, tasks: list) -> None:
+    """Compile the numba loops (or load them from their cache) here, before the pool forks:
+    scoring the first few episodes of a row of each kind of negatives calls every loop, and
+    the workers inherit them instead of each compiling (and racing to write the cache)."""
+    seen = set()
+    for task in tasks:
+        if task != _DIVERGENCES and task[1] not in seen:
+            seen.add(task[1])
+            jobs((task[0], task[1], task[2], min(task[2] + 8, task[3])))
 
 
 def _divergences(bank, splits: dict[str, Split], seed: int) -> dict[str, dict[str, float]]:

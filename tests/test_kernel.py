@@ -193,3 +193,28 @@ def test_kernel_source_is_plain_python_when_the_jit_is_disabled():
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "function"
+
+
+_PARENT = """
+import sys
+from curi.bank import load_bank
+from curi.oracles.gap import compositionality_gap
+from curi import posterior_loops
+from curi.oracles import loops
+bank = load_bank(sys.argv[1])
+compositionality_gap(bank, ["concept_iid"], ["hard", "easy"], episodes=40, workers=2)
+kernels = [loops.random_oracle_draws, posterior_loops.consistent_words, loops.bit_scores]
+print(" ".join(str(len(k.signatures)) for k in kernels))
+"""
+
+
+def test_the_gap_loads_the_kernels_in_its_parent_before_the_workers_fork(tiny_bank_dir, tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-c", _PARENT, str(tiny_bank_dir)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,  # a hang guard: ~20 s when quiet
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert all(int(n) >= 1 for n in r.stdout.split()), r.stdout  # compiled or loaded here
