@@ -2,7 +2,7 @@
 of their machine code made safe:
 
 - keyed on the sources of every module that holds kernels (`KERNEL_MODULES`), not only the
-  kernel's own file as numba's cache is: a kernel of `curi.episode_draws` that calls
+  kernel's own file as numba's cache is: a kernel of `curi.episodes.draws` that calls
   `curi.pcg` is compiled again after an edit of `curi/pcg.py`, so no process can run old
   draws beside new ones;
 - each cache file carries the SHA-256 of its contents; a file that is not a regular file
@@ -43,7 +43,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 KERNEL_MODULES = (
     "curi/bit_loops.py",
     "curi/pcg.py",
-    "curi/episode_draws.py",
+    "curi/episodes/draws.py",
     "curi/posterior_loops.py",
     "curi/oracles/loops.py",
 )

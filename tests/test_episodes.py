@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from curi import ConfigError, episodes
+from curi import ConfigError
 from curi.bits import unpack_rows
 from curi.episodes import EpisodeSampler
+from curi.episodes import sampler as episodes
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +316,7 @@ def _within(ids, scenes) -> bool:
 
 @pytest.mark.parametrize("kind", ["hard", "easy"])
 def test_matched_negatives(tiny_bank, dense, hard, kind):
-    from curi.episodes import _matched_keys
+    from curi.episodes.sampler import _matched_keys
 
     key = _matched_keys(tiny_bank.scenes)
     plain = [16 * len(r["objects"]) + len({o["color"] for o in r["objects"]}) for r in
@@ -411,9 +412,9 @@ def test_stacked_episodes_equal_one_by_one(
     """`EpisodeSampler.stacked` (the negatives' rounds run for all episodes together) gives
     the episodes of ``sampler[i]`` and of the plain sampler, whichever path each set takes;
     `own`: how many of the 120 sets are drawn one at a time (exact pools by
-    `episode_draws.exact_set`; rounds that outrun the candidates and the matched sampler by
+    `episodes.draws.exact_set`; rounds that outrun the candidates and the matched sampler by
     the sampler's own code), so the batched path is tested, not skipped."""
-    from curi import episode_batch
+    from curi.episodes import batch as episode_batch
 
     monkeypatch.setattr(episodes, "_EXACT_MAX_ALTERNATES", most_alternates)
     monkeypatch.setattr(episode_batch, "_SPECULATE", speculate)
@@ -444,11 +445,11 @@ def test_stacked_episodes_equal_one_by_one(
 
 
 def test_select_of_many_rows_equals_select_bits():
-    """`episode_draws.select` (every episode's ranks at once) equals `select_bits` row by
+    """`episodes.draws.select` (every episode's ranks at once) equals `select_bits` row by
     row: full words, a lone bit in the last word, the first and last ranks of a row, ranks
     repeated and in any order."""
     from curi.bits import select_bits
-    from curi.episode_draws import select
+    from curi.episodes.draws import select
 
     rng = np.random.default_rng(0)
     words = rng.integers(0, 2**63, (5, 7), dtype=np.int64).astype(np.uint64) << np.uint64(1)

@@ -1,5 +1,5 @@
 """Many episodes of one `EpisodeSampler` at once (`EpisodeSampler.stacked`), equal to its
-episodes one by one. Every draw is the sampler's own, made by `curi.episode_draws` (numba,
+episodes one by one. Every draw is the sampler's own, made by `curi.episodes.draws` (numba,
 `curi.pcg`) from each episode's stream states (`DerivedStream.states`): the concept and
 positives, the orders, and the negatives. The negatives of a set are, most often, the first
 distinct scenes that pass a test (not satisfying h; or, hard negatives by rejection, also
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from curi import episodes as _episodes
-from curi.episodes import _BATCH, _MAX_ROUNDS
+from curi.episodes import sampler as _episodes
+from curi.episodes.sampler import _BATCH, _MAX_ROUNDS
 
 __all__ = ["stacked_episodes"]
 
@@ -29,7 +29,7 @@ def stacked_episodes(sampler, start: int, stop: int) -> dict[str, np.ndarray]:
     idx = range(start, stop)
     if sampler._matched or not len(idx):
         return _stack([sampler[i] for i in idx], len(idx), sampler)
-    from curi import episode_draws as draws
+    from curi.episodes import draws
 
     npos, bank = sampler.num_positives, sampler.bank
     concepts, counts = (np.asarray(a, np.int64) for a in (sampler.concepts, bank.counts))
@@ -96,9 +96,9 @@ class _Negatives:
 
     def find(self) -> tuple[np.ndarray, np.ndarray]:
         """((E, k) support negatives, (E, k) query negatives): the sets of the fast kinds
-        found for all episodes together, each exact pool drawn (`episode_draws.exact_set`)
+        found for all episodes together, each exact pool drawn (`draws.exact_set`)
         from the episode's stream where the set before left it."""
-        from curi import episode_draws as draws
+        from curi.episodes import draws
         from curi.pcg import integers
 
         e, k, n = len(self.h), self.k, self.n
@@ -137,7 +137,7 @@ class _Negatives:
     def _exact(self, j: int, alt: np.ndarray, used: np.ndarray, state: np.ndarray):
         """Episode j's negatives from the exact pool of its alternates `alt` (packed), the
         scenes `used` left out, drawn from its stream at `state` (advanced)."""
-        from curi.episode_draws import exact_set
+        from curi.episodes.draws import exact_set
 
         return exact_set(self.words, alt, int(self.h[j]), used, self.k, self.n, state)
 
@@ -145,8 +145,8 @@ class _Negatives:
         """((F, k) negatives, (F,) where the next set's candidates start, (F,) whether
         found within the candidates) of the support (`which` ``s``) or query set (``q``,
         the `support` negatives used) of the episodes `eps` (a set not found: -1s), found
-        round after round (`episode_draws.rounds`)."""
-        from curi.episode_draws import rounds
+        round after round (`draws.rounds`)."""
+        from curi.episodes.draws import rounds
 
         used = self.pos[eps] if support is None else np.concatenate([self.pos[eps], support], 1)
         types = self.s_type if which == "s" else self.q_type

@@ -1,5 +1,5 @@
 """An `EpisodeSampler`'s draws, compiled by numba: one episode's (`head`, `negative_set`,
-`order_pair`: what ``sampler[i]`` calls) and many episodes' at once (`curi.episode_batch`),
+`order_pair`: what ``sampler[i]`` calls) and many episodes' at once (`curi.episodes.batch`),
 all made with `curi.pcg` on the episodes' stream states, so one-by-one and batched episodes
 draw the same numbers whatever numpy does (tests/test_episodes.py checks both against a plain
 numpy sampler, tests/test_expected.py against stored episodes)."""

@@ -2,8 +2,8 @@
 its length prior, 5 + 5 positives, and hard or easy negatives for support and query, all a pure
 function of (bank, split, subset, negatives, seed, index) and found with bit operations on the
 bank. Every random draw is curi's own (`curi.pcg`, through the kernels of
-`curi.episode_draws`), whichever numpy is installed, and the batched path
-(`curi.episode_batch`) draws through the same functions, so the two cannot diverge."""
+`curi.episodes.draws`), whichever numpy is installed, and the batched path
+(`curi.episodes.batch`) draws through the same functions, so the two cannot diverge."""
 
 from __future__ import annotations
 
@@ -11,23 +11,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from curi import validate
 from curi.bits import select_bits, set_bits
-from curi.errors import ConfigError
-from curi.posterior import NEGATIVES, NUM_NEGATIVES, NUM_POSITIVES
+from curi.episodes.spec import EpisodeSpec
+from curi.posterior import NUM_NEGATIVES, NUM_POSITIVES
 from curi.rng import DerivedStream
-from curi.splits import Split, make_split
-from curi.splits.base import SUBSETS
-from curi.validate import MAX_EPISODES, choice
+from curi.splits import Split
 
-__all__ = ["Episode", "EpisodeSampler", "PAPER_SIZES", "NEGATIVES", "NEGATIVE_SAMPLERS"]
-
-PAPER_SIZES = {"train": 500_000, "val": 5_000, "test": 20_000}  # by subset (`SUBSETS`)
-QUERY_NEGATIVES = (*NEGATIVES, "random")
-#: How negatives are drawn: ``paper`` (Appendix D, the default) or ``matched`` (the same pools,
-#: each negative with the object count and number of distinct colours of a positive:
-#: docs/fidelity.md, "Shortcut audit")
-NEGATIVE_SAMPLERS = ("paper", "matched")
+__all__ = ["Episode", "EpisodeSampler"]
 _EXACT_MAX_ALTERNATES = 32  # above this, sample the pool by rejection instead of OR-ing rows
 _BATCH = 64  # candidate scenes per rejection round
 _MAX_ROUNDS = 64
@@ -148,66 +138,63 @@ class EpisodeSampler:
         shuffle: bool = True,
         negative_sampler: str = "paper",
     ):
-        choice(negatives, "negatives", NEGATIVES)
-        choice(negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
-        query_negatives = query_negatives or negatives
-        choice(query_negatives, "query_negatives", QUERY_NEGATIVES)
-        choice(subset, "subset", SUBSETS)
-        self.bank = bank
-        self.split = split if isinstance(split, Split) else make_split(bank, split)
-        self.subset = subset
-        self.concepts = self.split.subset(subset)
-        if len(self.concepts) == 0:
-            raise ConfigError(f"split {self.split.name!r} has no {subset} concepts in this bank")
-        self.negatives = negatives
-        self.query_negatives = query_negatives
-        self.seed = validate.seed(seed)
-        self.size = validate.integer(
-            PAPER_SIZES[subset] if size is None else size, "size", low=1, high=MAX_EPISODES
+        spec = EpisodeSpec(
+            split=split,
+            subset=subset,
+            negatives=negatives,
+            seed=seed,
+            query_negatives=query_negatives,
+            negative_sampler=negative_sampler,
+            num_positives=num_positives,
+            num_negatives=num_negatives,
+            size=size,
+            shuffle=shuffle,
         )
-        self.num_positives, self.num_negatives = self._check_counts(num_positives, num_negatives)
+        self._open(bank, spec.check(bank))
+
+    @classmethod
+    def from_spec(cls, bank, spec: EpisodeSpec) -> EpisodeSampler:
+        """The sampler of `spec`'s episodes of `bank` (`EpisodeSpec.check` run first).
+
+        Raises:
+            ConfigError: what `EpisodeSpec.check` refuses."""
+        sampler = cls.__new__(cls)
+        sampler._open(bank, spec.check(bank))
+        return sampler
+
+    def _open(self, bank, spec: EpisodeSpec) -> None:
+        """Set the sampler up for the checked `spec` (its split resolved)."""
+        from curi.episodes import draws  # numba, loaded when a sampler is made
+
+        self.spec, self.bank, self.split = spec, bank, spec.split
+        self.subset, self.negatives, self.seed = spec.subset, spec.negatives, spec.seed
+        self.query_negatives, self.negative_sampler = spec.query_negatives, spec.negative_sampler
+        self.num_positives, self.num_negatives = spec.num_positives, spec.num_negatives
+        self.size, self.shuffle = spec.size, spec.shuffle
+        self.concepts = self.split.subset(self.subset)
         w = np.exp(np.asarray(bank.log_prior, np.float64)[self.concepts])
         self._cum = np.cumsum(w / w.sum())
-        self._tag = f"{self.split.name}:{subset}"
-        self.shuffle = bool(shuffle)
+        self._tag = f"{self.split.name}:{self.subset}"
         # the streams of derive_rng(seed, purpose, i), for concept and positives, negatives and
         # order: their PCG64 states, drawn from by `curi.pcg`
         self._streams = (
             DerivedStream(self.seed, f"episode:{self._tag}", "episode"),
-            DerivedStream(self.seed, f"negatives:{self._tag}:{negatives}", "negatives"),
+            DerivedStream(self.seed, f"negatives:{self._tag}:{self.negatives}", "negatives"),
             DerivedStream(self.seed, f"order:{self._tag}", "order"),
         )
-        from curi import episode_draws  # numba, loaded when a sampler is made
-
-        self._draws = episode_draws
+        self._draws = draws
         self._concepts64 = np.asarray(self.concepts, np.int64)
         self._counts64 = np.asarray(bank.counts, np.int64)
         self._labels = np.r_[
             np.ones(self.num_positives, np.int8), np.zeros(self.num_negatives, np.int8)
         ]
-        self.negative_sampler = negative_sampler
         self._cums: dict[int, np.ndarray] = {}  # concept -> cumulative popcount of its row
-        if negative_sampler == "matched":
+        if self._matched:
             self._key = _matched_keys(bank.scenes)
             self._key_order = np.argsort(self._key, kind="stable")
             self._key_start = np.searchsorted(
                 self._key[self._key_order], np.arange(self._key.max() + 2)
             )
-
-    def _check_counts(self, num_positives, num_negatives) -> tuple[int, int]:
-        """(num_positives, num_negatives), once the bank can supply them: every concept of the
-        subset has 2 * num_positives positives (support and query), and the scenes outside the
-        commonest one hold the 2 * num_negatives distinct negatives at least twice
-        over, so that drawing them by rejection ends quickly."""
-        counts = np.asarray(self.bank.counts)[self.concepts]
-        npos = validate.integer(
-            num_positives, "num_positives", low=1, high=max(1, int(counts.min()) // 2)
-        )
-        outside = self.bank.num_scenes - int(counts.max())
-        nneg = validate.integer(num_negatives, "num_negatives", low=1, high=max(1, outside // 4))
-        if counts.min() < 2 * npos:
-            raise ConfigError(f"some concepts have fewer than {2 * npos} positives")
-        return npos, nneg
 
     def __len__(self) -> int:
         return self.size
@@ -264,9 +251,9 @@ class EpisodeSampler:
     def stacked(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Episodes [start, stop) as arrays: ``concept`` (E,), ``support_ids``,
         ``support_labels`` (E, S), ``query_ids``, ``query_labels`` (E, Q), equal to stacking
-        ``self[i]``'s, built many at a time (`curi.episode_batch`: the negatives drawn from
+        ``self[i]``'s, built many at a time (`curi.episodes.batch`: the negatives drawn from
         the same streams, found for all episodes together)."""
-        from curi.episode_batch import stacked_episodes
+        from curi.episodes.batch import stacked_episodes
 
         if not 0 <= start <= stop <= self.size:
             raise IndexError(f"episodes [{start}, {stop}) out of range [0, {self.size})")
@@ -426,9 +413,9 @@ class EpisodeSampler:
 
 
 def _draw_distinct(ids, m, seen, state) -> list[int]:
-    """Up to m distinct scenes of `ids` that `seen` lacks, uniformly (`episode_draws.distinct`
+    """Up to m distinct scenes of `ids` that `seen` lacks, uniformly (`draws.distinct`
     from the stream at `state`); `seen` grows."""
-    from curi.episode_draws import distinct
+    from curi.episodes.draws import distinct
 
     ids = ids[~np.isin(ids, np.fromiter(seen, np.int64, len(seen)))]
     got = ids[distinct(state, len(ids), min(len(ids), m))].tolist()
