@@ -173,6 +173,6 @@ def test_a_file_name_too_long_is_one_line(tiny_bank_dir, tmp_path, capsys, monke
         main(["split", *args, f"save={save}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1, err
-    assert err[0].startswith("curi split: error: save: the name 'ssss")
+    assert err[0].startswith(f"curi split: error: save={save}: the name 'ssss")
     assert err[0].endswith("is 250 bytes long; use at most 239 (the file system allows 255)")
     assert list(tmp_path.iterdir()) == []
