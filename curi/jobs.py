@@ -33,7 +33,7 @@ from typing import Any
 
 from curi.atomic import exclusive, remove
 from curi.errors import ConfigError
-from curi.validate import choice
+from curi.validate import choice, integer
 
 __all__ = [
     "LAUNCHERS",
@@ -171,21 +171,32 @@ def check_launcher(
 
     In this order: `name` is a key of `LAUNCHERS`; with `installed`, its engine is installed
     (`check_installed`); every option is one the launcher has (`check_options`); with the
-    options' values (a mapping), ``submitit_slurm`` has a ``partition``; `threads` is null or
-    a positive integer; and ``wait=false`` is for ``submitit_slurm`` alone. `options` may be
-    the option names alone, all the command line knows before Hydra composes the config: the
-    partition rule then waits for the values (`Launcher`).
+    options' values (a mapping), submitit's counts are ones a job can run with (at least one
+    CPU per task, task per node and node; no negative GPUs) and ``submitit_slurm`` has a
+    ``partition``; `threads` is null or a positive integer; and ``wait=false`` is for
+    ``submitit_slurm`` alone. `options` may be the option names alone, all the command line
+    knows before Hydra composes the config: the value rules then wait for the values
+    (`Launcher`, which `curi.core_cli.job_launcher` makes in the command's check, before
+    Hydra runs).
 
     Raises:
         OptionError: an unknown launcher (a `ConfigError`).
-        ConfigError: a launcher not installed, an unknown option, no SLURM partition, bad
-            `threads`, ``wait=false`` with another launcher.
+        ConfigError: a launcher not installed, an unknown option, a count no job can run
+            with, no SLURM partition, bad `threads`, ``wait=false`` with another launcher.
     """
     if installed:
         check_installed(name)  # a known name too
     else:
         choice(name, "hydra/launcher", LAUNCHERS)
     check_options(name, options)
+    if isinstance(options, Mapping) and name.startswith("submitit_"):
+        # what a job gets: at least one CPU, task and node; zero GPUs is a CPU job (submitit's
+        # own default), fewer is nothing (cpus_per_task=-2 ran the job)
+        for key, low in (("cpus_per_task", 1), ("tasks_per_node", 1), ("nodes", 1)):
+            if options.get(key) is not None:
+                integer(options[key], f"hydra.launcher.{key}", low=low)
+        if options.get("gpus_per_node") is not None:
+            integer(options["gpus_per_node"], "hydra.launcher.gpus_per_node", low=0)
     if name == "submitit_slurm" and isinstance(options, Mapping) and not options.get("partition"):
         raise ConfigError(
             "hydra/launcher=submitit_slurm needs a partition: hydra.launcher.partition=NAME"

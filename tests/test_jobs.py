@@ -99,6 +99,43 @@ def test_check_launcher_is_the_one_place_of_the_rules(monkeypatch):
             check()
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "low"),
+    [
+        ("cpus_per_task", -2, 1),
+        ("cpus_per_task", 0, 1),
+        ("tasks_per_node", 0, 1),
+        ("nodes", 0, 1),
+        ("gpus_per_node", -1, 0),
+        ("cpus_per_task", 1.5, 1),
+        ("cpus_per_task", "2", 1),
+    ],
+)
+def test_a_count_no_job_can_run_with_is_refused(key, value, low):
+    """`hydra.launcher.cpus_per_task=-2` ran the job. Zero GPUs is a CPU job, as in
+    submitit's own default; no CPU, task or node is nothing."""
+    for name in ("submitit_local", "submitit_slurm"):
+        options = {key: value, "partition": "p"} if name == "submitit_slurm" else {key: value}
+        with pytest.raises(ConfigError, match=rf"^hydra.launcher.{key} must be an integer in "):
+            check_launcher(name, options)
+        assert f"[{low}, inf]" in str(pytest.raises(ConfigError, Launcher, name, options).value)
+    Launcher("submitit_local", {key: low})  # the least is fine
+    Launcher("submitit_local", {"gpus_per_node": None, "cpus_per_task": None})  # unset
+
+
+def test_a_bad_count_on_the_command_line_is_one_line_before_any_folder(tiny_bank_dir, tmp_path):
+    from conftest import run_curi
+
+    out = tmp_path / "sweep"
+    args = ["baselines", "bank=tiny", "train=tiny", f"data_dir={tiny_bank_dir.parent}"]
+    args += ["hydra/launcher=submitit_local", "hydra.launcher.cpus_per_task=-2"]
+    r = run_curi(*args, f"output_dir={out}", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "curi baselines: error: hydra.launcher.cpus_per_task must be an integer in [1, inf], got -2"
+    ], r.stderr[-3000:]
+    assert not out.exists()
+
+
 def test_submitits_options_are_the_plugins_own():
     """The option names come from the installed plugin's config: every field of its SLURM
     config is accepted (and no other), so a name the plugin lacks (`srun_args`, in curi's old
