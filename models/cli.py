@@ -47,7 +47,10 @@ def run_config(cfg: DictConfig) -> RunConfig:
 
 def _check_train(cfg: DictConfig) -> None:
     run_config(cfg)
-    torchrun_env()  # a bad torchrun environment fails before a bank is built or opened
+    # before a bank is built or opened, and before any rendezvous: a bad torchrun environment,
+    # or a rank without output_dir= (Hydra's default, a folder per process: it waited there)
+    raw = OmegaConf.to_container(cfg, resolve=False)["output_dir"]
+    torchrun_env(output_dir_given=not str(raw).startswith("${hydra:"))
     check_bank_of(cfg)
     if cfg.resume is not None:
         checkpoint_file(cfg.resume, last=True)

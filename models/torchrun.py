@@ -26,7 +26,9 @@ def _env_in(name: str, value: int, low: int, high: int, why: str) -> None:
         raise ConfigError(f"{name}={value} is outside {low}..{high} ({why}); start with torchrun")
 
 
-def torchrun_env(joined_rank: int | None = None) -> tuple[int, int, int]:
+def torchrun_env(
+    joined_rank: int | None = None, *, output_dir_given: bool = True
+) -> tuple[int, int, int]:
     """``(WORLD_SIZE, RANK, LOCAL_RANK)`` of this process as ``torchrun`` sets them, checked
     before any rendezvous (a rank no process group can hold would wait there for torch's
     30-minute timeout): ``(1, 0, 0)`` without ``WORLD_SIZE``.
@@ -34,11 +36,15 @@ def torchrun_env(joined_rank: int | None = None) -> tuple[int, int, int]:
     Args:
         joined_rank: this process's rank in the process group it has joined already, None
             before it joins one (``RANK`` and the rendezvous variables are then required).
+        output_dir_given: whether the run's ``output_dir=`` was given. The processes of one
+            run share it (docs/cluster.md); without it each would make a time-stamped folder
+            of its own, and a rank waited silently at the rendezvous.
 
     Raises:
         ConfigError: a value that is not an integer, ``WORLD_SIZE`` below 1, ``WORLD_SIZE`` > 1
-            without ``RANK``, ``MASTER_ADDR`` or ``MASTER_PORT``, ``RANK`` outside
-            0..WORLD_SIZE-1, a negative ``LOCAL_RANK``, ``MASTER_PORT`` outside 1..65535.
+            without ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` or ``output_dir=``, ``RANK``
+            outside 0..WORLD_SIZE-1, a negative ``LOCAL_RANK``, ``MASTER_PORT`` outside
+            1..65535.
     """
     world = _env_int("WORLD_SIZE", 1)
     if world < 1:
@@ -48,6 +54,11 @@ def torchrun_env(joined_rank: int | None = None) -> tuple[int, int, int]:
         )
     if world == 1:
         return 1, 0, 0
+    if not output_dir_given:
+        raise ConfigError(
+            f"WORLD_SIZE={world}: the processes of a distributed run write one run folder; "
+            "give output_dir=DIR (on a filesystem every node sees), the same on every process"
+        )
     if joined_rank is None:
         missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
         if missing:

@@ -4,7 +4,9 @@ every mode check there, yet can make nothing), a name longer than the file syste
 a path below a regular file. `curi gap output_dir=/proc/x`, `split save=`, `show out=`,
 `lm export out=` and `baselines output_dir=` ended in tracebacks, `episodes out=/proc/x`
 advised to "remove" a lock file nobody made, and `episodes out=<a 300-byte name>` ended in an
-`OSError` traceback from `check_export_path`."""
+`OSError` traceback from `check_export_path`. A rank of a distributed run without
+``output_dir=`` (each process's default is a folder of its own) waited at the rendezvous: it
+is refused in one line before it (issue 44, item 3)."""
 
 from __future__ import annotations
 
@@ -112,3 +114,40 @@ def test_root_is_refused_where_only_a_trial_shows_it():
     assert os.access("/proc", os.W_OK)  # what the check read before: "writable"
     with pytest.raises(ConfigError, match="not writable"):
         output_path("/proc/y.json", folder=False, key="save")
+
+
+RANK_1_OF_2 = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
+
+
+def test_a_distributed_rank_without_output_dir_is_refused_before_the_rendezvous(monkeypatch):
+    """Each process would make its own time-stamped run folder; a rank waited silently at the
+    rendezvous for the others (docs/cluster.md: output_dir must be given)."""
+    from curi.models.torchrun import torchrun_env
+
+    for key, value in RANK_1_OF_2.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match=r"^WORLD_SIZE=2: .* give output_dir=DIR"):
+        torchrun_env(output_dir_given=False)
+    assert torchrun_env(output_dir_given=True) == (2, 1, 0)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert torchrun_env(output_dir_given=False) == (1, 0, 0)  # one process: its own folder
+
+
+def test_curi_train_as_a_rank_without_output_dir_is_one_line(tiny_bank_dir, tmp_path):
+    import subprocess
+    import sys
+
+    args = ["train", "bank=tiny", "train=tiny", f"data_dir={tiny_bank_dir.parent}", "device=cpu"]
+    r = subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", *args],
+        cwd=tmp_path,
+        env={**os.environ, **RANK_1_OF_2},
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard: the rank waited at the rendezvous for 30 minutes
+    )
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "curi train: error: WORLD_SIZE=2: the processes of a distributed run write one run "
+        "folder; give output_dir=DIR (on a filesystem every node sees), the same on every process"
+    ], r.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []  # no outputs/train/<time>
