@@ -1,0 +1,303 @@
+"""Training of the propose-and-verify learner (docs/learners.md): the proposer learns, by
+teacher forcing, to write each training episode's concept (the shortest synonym among the
+training concepts, in canonical form) from its support set; a held-out tenth of the training
+concepts (whole synonym groups, the learner's own seeded draw) chooses the checkpoint and the
+search settings. Validation and test concepts are never read."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from curi import validate
+from curi.atomic import atomic_path
+from curi.concepts import parse
+from curi.episodes import EpisodeSampler
+from curi.errors import ConfigError
+from curi.models.program_decoder import ProgramProposer, scene_features
+from curi.models.program_grammar import PAD, TOKENS, to_holes, to_sequence
+from curi.models.propose_verify import ProposeVerify, Settings, load_universe
+from curi.splits import Split, make_split
+
+__all__ = [
+    "LEARNER",
+    "fit_and_held",
+    "load_checkpoint",
+    "save_checkpoint",
+    "target_texts",
+    "train_propose_verify",
+]
+
+log = logging.getLogger(__name__)
+LEARNER = "propose_verify"
+HELD_FRACTION = 0.1
+_ID = {t: i for i, t in enumerate(TOKENS)}
+
+
+def fit_and_held(bank, split: Split, *, seed: int = 0) -> tuple[Split, Split]:
+    """The split's training concepts cut into a fitting part and a held-out tenth, by whole
+    synonym groups drawn with `seed`: two splits whose ``train`` (fit) and ``test`` (held)
+    subsets `EpisodeSampler` reads. Training concepts in the synonym group of a val or test
+    concept are left out (on every split whose test concepts are not its training ones)."""
+    train = np.asarray(split.train, np.int64)
+    all_groups = np.asarray(bank.groups)
+    held_out = np.r_[np.asarray(split.val, np.int64), np.asarray(split.test, np.int64)]
+    if not np.isin(train, held_out).all():
+        # a training concept synonymous with a val or test concept would teach the learner to
+        # write a held-out extension: dropped (instance_iid, whose train is its test, keeps all)
+        train = train[~np.isin(all_groups[train], all_groups[held_out])]
+    groups = all_groups[train]
+    uniq = np.unique(groups)
+    rng = np.random.default_rng([int(seed), 46])
+    n_held = max(1, round(HELD_FRACTION * len(uniq))) if len(uniq) > 1 else 0
+    held_groups = rng.choice(uniq, size=n_held, replace=False)
+    held = np.isin(groups, held_groups)
+    fit_ids, held_ids = train[~held], train[held]
+    if len(fit_ids) == 0:
+        raise ConfigError(f"split {split.name!r} has too few training concepts to hold a tenth out")
+    empty = np.zeros(0, np.int64)
+    fit = Split(f"{split.name}:pv_fit", fit_ids, empty, empty, empty)
+    hold = Split(
+        f"{split.name}:pv_held", fit_ids, held_ids, held_ids if len(held_ids) else fit_ids, empty
+    )
+    return fit, hold
+
+
+def target_texts(bank, concepts: np.ndarray) -> dict[int, str]:
+    """Each concept's training target: the shortest member of its synonym group among
+    `concepts` (the first in the bank on a tie), so that synonyms share one target."""
+    groups = np.asarray(bank.groups)
+    best: dict[int, int] = {}
+    for h in np.asarray(concepts).tolist():
+        g = int(groups[h])
+        if g not in best or bank.lengths[h] < bank.lengths[best[g]]:
+            best[g] = h
+    return {int(h): bank.concepts[best[int(groups[h])]] for h in np.asarray(concepts).tolist()}
+
+
+def _targets(texts: list[str], holes: bool) -> torch.Tensor:
+    seqs = [(to_holes if holes else to_sequence)(parse(t).tokens()) for t in texts]
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), _ID[PAD], dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor([_ID[t] for t in s])
+    return out
+
+
+def _batch(bank, eps: dict, targets: dict[int, str], holes: bool):
+    ids = eps["support_ids"]  # (B, S)
+    sc = bank.scenes
+    feats, mask = scene_features(sc.n_objects[ids.reshape(-1)], sc.props[ids.reshape(-1)])
+    shape = ids.shape
+    feats = feats.reshape(*shape, *feats.shape[1:])  # (B, S, 5, F)
+    mask = mask.reshape(*shape, mask.shape[-1])
+    labels = torch.as_tensor(eps["support_labels"].astype(np.int64))
+    tgt = _targets([targets[int(h)] for h in eps["concept"]], holes)
+    return feats, mask, labels, tgt
+
+
+def _held_loss(model, bank, held_sampler, targets, holes: bool, episodes: int) -> float:
+    model.eval()
+    with torch.no_grad():
+        eps = held_sampler.stacked(0, episodes)
+        loss = float(model.loss(*_batch(bank, eps, targets, holes)))
+    model.train()
+    return loss
+
+
+def train_proposer(
+    bank,
+    fit: Split,
+    hold: Split,
+    *,
+    negatives: str,
+    steps: int,
+    batch: int,
+    lr: float,
+    model: ProgramProposer,
+    seed: int,
+    evals: int = 4,
+    held_episodes: int = 64,
+) -> tuple[ProgramProposer, list[dict]]:
+    """Train `model` for `steps` steps on episodes of the fitting concepts; keep the state with
+    the lowest teacher-forced loss on held-out episodes (checked `evals` times)."""
+    torch.manual_seed(seed)
+    sampler = EpisodeSampler(bank, fit, "train", negatives, seed=seed, size=steps * batch)
+    held = EpisodeSampler(bank, hold, "test", negatives, seed=seed, size=held_episodes)
+    targets = target_texts(bank, np.r_[fit.train, hold.test])
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    best = (
+        _held_loss(model, bank, held, targets, model.holes, held_episodes),
+        copy.deepcopy(model.state_dict()),
+    )
+    history = [{"step": 0, "held_loss": best[0]}]
+    every = max(1, steps // max(evals, 1))
+    t0 = time.perf_counter()
+    model.train()
+    for s in range(steps):
+        loss = model.loss(
+            *_batch(bank, sampler.stacked(s * batch, (s + 1) * batch), targets, model.holes)
+        )
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (s + 1) % every == 0 or s + 1 == steps:
+            hl = _held_loss(model, bank, held, targets, model.holes, held_episodes)
+            history.append(
+                {
+                    "step": s + 1,
+                    "loss": loss.item(),
+                    "held_loss": hl,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
+            log.info("propose_verify step %d loss %.3f held %.3f", s + 1, loss.item(), hl)
+            if hl < best[0]:
+                best = (hl, copy.deepcopy(model.state_dict()))
+    model.load_state_dict(best[1])
+    return model.eval(), history
+
+
+def hit_mass(learner: ProposeVerify, bank, sampler: EpisodeSampler, episodes: int) -> dict:
+    """Mean posterior mass on the true concept's extension (synonyms count as right), the
+    share of episodes whose extension survives, and the fallback rate, on held-out episodes."""
+    mass, hits, falls = [], [], []
+    for i in range(episodes):
+        e = sampler[i]
+        sc = bank.scenes
+        support = {"n_objects": sc.n_objects[e.support_ids], "props": sc.props[e.support_ids]}
+        hyps = learner.hypotheses(support, e.support_labels.astype(bool))
+        truth = np.asarray(bank.truth_words[e.concept])
+        m = 0.0
+        if hyps is not None:
+            same = (hyps.words == truth[None, :]).all(1)
+            m = float(hyps.weights[same].sum())
+        mass.append(m)
+        hits.append(m > 0)
+        falls.append(learner.stats.fallback != "")
+    return {
+        "hit_mass": float(np.mean(mass)),
+        "recall": float(np.mean(hits)),
+        "fallback_rate": float(np.mean(falls)),
+    }
+
+
+def select_settings(
+    learner: ProposeVerify, bank, hold: Split, negatives: str, *, episodes: int, seed: int
+) -> tuple[Settings, list[dict]]:
+    """The search settings with the highest held-out hit mass among a small grid of
+    temperatures and repair on/off (K stays the one asked for)."""
+    sampler = EpisodeSampler(bank, hold, "test", negatives, seed=seed + 1, size=episodes)
+    base, table = learner.settings, []
+    for temp in (0.7, 1.0, 1.5):
+        for rep in (False, True):
+            learner.settings = replace(base, temperature=temp, repair=rep)
+            learner._cache = None
+            row = {"temperature": temp, "repair": rep, **hit_mass(learner, bank, sampler, episodes)}
+            table.append(row)
+    best = max(table, key=lambda r: (r["hit_mass"], r["recall"]))
+    learner.settings = replace(base, temperature=best["temperature"], repair=best["repair"])
+    return learner.settings, table
+
+
+def train_propose_verify(
+    bank,
+    split,
+    *,
+    negatives: str = "hard",
+    steps: int = 200,
+    batch: int = 16,
+    lr: float = 3e-3,
+    dim: int = 64,
+    layers: int = 2,
+    holes: bool = True,
+    settings: Settings | None = None,
+    select: bool = True,
+    select_episodes: int = 50,
+    seed: int = 0,
+) -> dict:
+    """Train the learner on `split`'s training concepts and return its checkpoint (a dict:
+    the proposer's config and weights, the chosen settings and what they were chosen on, and
+    the bank, split, negatives and modality the learner is for)."""
+    steps = validate.integer(steps, "learner.steps", low=0)
+    batch = validate.integer(batch, "learner.batch", low=1)
+    sp = split if isinstance(split, Split) else make_split(bank, split)
+    fit, hold = fit_and_held(bank, sp, seed=seed)
+    torch.manual_seed(seed)
+    model = ProgramProposer(dim=dim, layers=layers, holes=holes)
+    history: list[dict] = []
+    if steps:
+        model, history = train_proposer(
+            bank,
+            fit,
+            hold,
+            negatives=negatives,
+            steps=steps,
+            batch=batch,
+            lr=lr,
+            model=model,
+            seed=seed,
+        )
+    bins = bank.config.get("location_bins", "spec")
+    learner = ProposeVerify(
+        model, load_universe(bank.path, bins), negatives=negatives, settings=settings
+    )
+    table: list[dict] = []
+    if select and len(hold.test):
+        _, table = select_settings(
+            learner, bank, hold, negatives, episodes=select_episodes, seed=seed
+        )
+    return {
+        "learner": LEARNER,
+        "modality": "schema",
+        "bank": dict(bank.config),
+        "split": sp.name,
+        "negatives": negatives,
+        "location_bins": bins,
+        "proposer": model.config(),
+        "state_dict": model.state_dict(),
+        "settings": asdict(learner.settings),
+        "selection": table,
+        "history": history,
+        "held_concepts": int(len(hold.test)),
+        "fit_concepts": int(len(fit.train)),
+    }
+
+
+def save_checkpoint(ckpt: dict, path: str | Path) -> Path:
+    """Write a checkpoint atomically."""
+    with atomic_path(path) as tmp:
+        torch.save(ckpt, tmp)
+    return Path(path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """A propose_verify checkpoint (ConfigError when it is missing or another learner's)."""
+    p = Path(path)
+    try:
+        ckpt = torch.load(p, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError) as e:
+        raise ConfigError(f"cannot read the checkpoint {p}: {e}") from None
+    if not isinstance(ckpt, dict) or ckpt.get("learner") != LEARNER:
+        raise ConfigError(f"{p} is not a {LEARNER} checkpoint")
+    return ckpt
+
+
+def learner_from_checkpoint(
+    ckpt: dict, bank_dir: str | Path, *, fallback=None, **overrides
+) -> ProposeVerify:
+    """The learner a checkpoint holds, its universe read from the bank's ``scenes/`` only;
+    `overrides` replace settings (e.g. ``k``)."""
+    model = ProgramProposer(**ckpt["proposer"])
+    model.load_state_dict(ckpt["state_dict"])
+    settings = Settings(**{**ckpt["settings"], **overrides})
+    universe = load_universe(bank_dir, ckpt["location_bins"])
+    return ProposeVerify(
+        model, universe, negatives=ckpt["negatives"], settings=settings, fallback=fallback
+    )
