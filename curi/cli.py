@@ -5,7 +5,10 @@ the core never imports the layers above it. The primary config is also the comma
 (`curi.options`): overrides and the composed config are checked against it, and `--help` is
 written from its comments. Every job's config is composed (`curi.compose_cli`) and checked,
 with the command's own check (`curi.validate.checked`), before Hydra makes a run folder and
-before the command imports torch or opens a bank: a refused command leaves nothing behind."""
+before the command imports torch or opens a bank: a refused command leaves nothing behind.
+The run's record in its run folder (``.hydra/``) is written by curi, not Hydra (`RunRecord`),
+so a command that refuses the folder later (other settings, a lock held) leaves the record of
+the run that made it."""
 
 from __future__ import annotations
 
