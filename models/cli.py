@@ -18,6 +18,7 @@ from curi.core_cli import check_bank_of, job_launcher, open_bank_from_config, re
 from curi.jobs import sweep_lock
 from curi.models.checkpoint import checkpoint_file
 from curi.models.config import RunConfig, check_eval_options
+from curi.models.learner_cli import check_learner, eval_learner, learner_of, train_learner
 from curi.models.torchrun import torchrun_env
 from curi.paths import inside
 
@@ -46,6 +47,9 @@ def run_config(cfg: DictConfig) -> RunConfig:
 
 
 def _check_train(cfg: DictConfig) -> None:
+    if check_learner(cfg)["name"] != "protonet":  # its own checks: models/learner_cli.py
+        check_bank_of(cfg)
+        return
     run_config(cfg)
     # before a bank is built or opened, and before any rendezvous: a bad torchrun environment,
     # or a rank without output_dir= (Hydra's default, a folder per process: it waited there)
@@ -61,6 +65,9 @@ def train(cfg: DictConfig) -> None:
     """Train a prototypical network; checkpoints, metrics and TensorBoard logs."""
     from curi.models.train import train as train_run
 
+    if learner_of(cfg) != "protonet":
+        train_learner(cfg)
+        return
     run = run_config(cfg)
     if cfg.get("build"):  # asked for: build a missing bank first (else training refuses it)
         open_bank(run.bank, run.data_dir, progress=cfg.progress, build=True)
@@ -94,6 +101,8 @@ def evaluate(cfg: DictConfig) -> None:
     from curi.models.plots import plot_metrics
 
     out = _eval_out(cfg)
+    if eval_learner(cfg, checkpoint_file(cfg.checkpoint), out):  # a propose_verify checkpoint
+        return
     split = cfg.split
     if split is not None and not isinstance(split, str):
         split = OmegaConf.to_container(split, resolve=True)

@@ -257,6 +257,7 @@ def train_propose_verify(
         "learner": LEARNER,
         "modality": "schema",
         "bank": dict(bank.config),
+        "bank_path": str(bank.path),
         "split": sp.name,
         "negatives": negatives,
         "location_bins": bins,
@@ -301,3 +302,107 @@ def learner_from_checkpoint(
     return ProposeVerify(
         model, universe, negatives=ckpt["negatives"], settings=settings, fallback=fallback
     )
+
+
+def train_run(
+    bank, split, options: dict, *, negatives: str, seed: int, out_dir: str | Path
+) -> dict:
+    """`curi train learner=propose_verify`: train on `split`, write the checkpoint to
+    ``out_dir/checkpoints/best.pt`` and ``summary.json`` beside it; returns the summary."""
+    import json
+
+    search = {k: options[k] for k in ("k", "max_errors", "samples", "rounds")}
+    t0 = time.perf_counter()
+    ckpt = train_propose_verify(
+        bank,
+        split,
+        negatives=negatives,
+        steps=options["steps"],
+        batch=options["batch"],
+        lr=options["lr"],
+        dim=options["dim"],
+        layers=options["layers"],
+        holes=options["holes"],
+        settings=Settings(**search, seed=seed),
+        select_episodes=options["select_episodes"],
+        seed=seed,
+    )
+    out = Path(out_dir)
+    path = save_checkpoint(ckpt, out / "checkpoints" / "best.pt")
+    summary = {
+        "learner": LEARNER,
+        "checkpoint": str(path),
+        "split": ckpt["split"],
+        "negatives": negatives,
+        "settings": ckpt["settings"],
+        "selection": ckpt["selection"],
+        "history": ckpt["history"],
+        "fit_concepts": ckpt["fit_concepts"],
+        "held_concepts": ckpt["held_concepts"],
+        "seconds": time.perf_counter() - t0,
+    }
+    with atomic_path(out / "summary.json") as tmp:
+        tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether `path` holds a propose_verify checkpoint (not a protonet's)."""
+    try:
+        ckpt = torch.load(Path(path), map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError, ValueError):
+        return False
+    return isinstance(ckpt, dict) and ckpt.get("learner") == LEARNER
+
+
+def evaluate_run(
+    path: str | Path,
+    bank,
+    *,
+    split=None,
+    negatives: str | None = None,
+    subset: str = "test",
+    episodes: int = 1000,
+    seed: int = 0,
+    oracles: bool = True,
+    progress: bool = False,
+) -> dict:
+    """`curi eval` of a propose_verify checkpoint: the learner answers
+    `oracles.model_score`'s ``predict`` on the episodes, with the oracles of the same
+    episodes; also its fallback rate and mAP on the episodes that did not fall back.
+
+    Raises:
+        ConfigError: the checkpoint is another bank's or another negatives' than asked for.
+    """
+    from curi.models.checkpoint import check_checkpoint_bank
+    from curi.oracles.model_score import model_predictions, score_arrays
+
+    ckpt = load_checkpoint(path)
+    check_checkpoint_bank(ckpt["bank"], bank, path)
+    if negatives is not None and negatives != ckpt["negatives"]:
+        raise ConfigError(
+            f"the checkpoint {path} was trained with negatives={ckpt['negatives']}, not "
+            f"{negatives}; drop negatives= or give a checkpoint trained so"
+        )
+    learner = learner_from_checkpoint(ckpt, bank.path)
+    sp = split if split is not None else ckpt["split"]
+    falls: list[bool] = []
+
+    def predict(support, labels, targets):
+        out = learner.predict(support, labels, targets)
+        falls.append(learner.stats.fallback not in ("", "near_miss"))
+        return out
+
+    kw = {"subset": subset, "negatives": ckpt["negatives"], "seed": seed}
+    pred = model_predictions(predict, bank, sp, episodes=episodes, progress=progress, **kw)
+    scores = {"query_scores": pred["query_scores"], "eval_scores": pred["eval_scores"]}
+    got = score_arrays(bank, sp, **scores, oracles=oracles, **kw)
+    fell = np.array(falls[::2])  # one answer per episode (query, then evaluation set)
+    row = got["split"][0]
+    return {
+        "learner": LEARNER,
+        "checkpoint": str(path),
+        **row,
+        "settings": learner.checkpoint_settings(),
+        "fallback_rate": float(fell.mean()),
+    }
