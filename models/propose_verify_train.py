@@ -369,7 +369,8 @@ def evaluate_run(
 ) -> dict:
     """`curi eval` of a propose_verify checkpoint: the learner answers
     `oracles.model_score`'s ``predict`` on the episodes, with the oracles of the same
-    episodes; also its fallback rate and mAP on the episodes that did not fall back.
+    episodes; also its fallback rate (episodes without an exact survivor: answered by
+    near-misses, a fallback model or 0s) and ``map_answered``, the mAP of the others.
 
     Raises:
         ConfigError: the checkpoint is another bank's or another negatives' than asked for.
@@ -390,7 +391,7 @@ def evaluate_run(
 
     def predict(support, labels, targets):
         out = learner.predict(support, labels, targets)
-        falls.append(learner.stats.fallback not in ("", "near_miss"))
+        falls.append(learner.stats.fallback != "")  # no exact survivor
         return out
 
     kw = {"subset": subset, "negatives": ckpt["negatives"], "seed": seed}
@@ -398,11 +399,27 @@ def evaluate_run(
     scores = {"query_scores": pred["query_scores"], "eval_scores": pred["eval_scores"]}
     got = score_arrays(bank, sp, **scores, oracles=oracles, **kw)
     fell = np.array(falls[::2])  # one answer per episode (query, then evaluation set)
-    row = got["split"][0]
     return {
         "learner": LEARNER,
         "checkpoint": str(path),
-        **row,
+        **got["split"][0],
         "settings": learner.checkpoint_settings(),
         "fallback_rate": float(fell.mean()),
+        "map_answered": _map_of(bank, sp, kw, pred["eval_scores"], ~fell),
     }
+
+
+def _map_of(bank, split, kw: dict, eval_scores: np.ndarray, keep: np.ndarray) -> float | None:
+    """mAP of the episodes in `keep` (those the learner answered itself; None when none)."""
+    from curi.bits import unpack_rows
+    from curi.oracles.eval_set import EvalSet
+    from curi.oracles.metrics import average_precision_batch
+
+    if not keep.any():
+        return None
+    size = len(keep)
+    sampler = EpisodeSampler(bank, split, kw["subset"], kw["negatives"], seed=kw["seed"], size=size)
+    concepts = np.array([sampler[int(i)].concept for i in np.flatnonzero(keep)])
+    ev = EvalSet.from_bank(bank)
+    ap = average_precision_batch(eval_scores[keep], unpack_rows(ev.rows[concepts], len(ev)))
+    return float(np.nanmean(ap))

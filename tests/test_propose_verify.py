@@ -340,3 +340,17 @@ def test_learner_presets_match_the_registry():
         opts = yaml.safe_load(path.read_text())
         name = opts.pop("name")
         assert name == path.stem and learner_options(name, opts)["name"] == name
+
+
+def test_evaluate_run_reports_fallbacks_and_refuses_other_negatives(tiny_bank, tmp_path):
+    from curi.models.propose_verify_train import evaluate_run
+
+    ckpt = train_propose_verify(tiny_bank, "concept_iid", steps=0, select=False)
+    ckpt["settings"]["k"] = 8
+    path = save_checkpoint(ckpt, tmp_path / "pv.pt")
+    m = evaluate_run(path, tiny_bank, episodes=4, oracles=False)
+    assert m["learner"] == "propose_verify" and m["episodes"] == 4 and m["settings"]["k"] == 8
+    assert 0.0 <= m["fallback_rate"] <= 1.0
+    assert (m["map_answered"] is None) == (m["fallback_rate"] == 1.0)
+    with pytest.raises(ConfigError, match="negatives=hard, not easy"):
+        evaluate_run(path, tiny_bank, negatives="easy", episodes=4, oracles=False)
