@@ -22,13 +22,15 @@ import torch  # noqa: E402
 from _report import machine, write_section  # noqa: E402
 
 import curi  # noqa: E402
+from curi.episodes import EpisodeSpec  # noqa: E402
 from curi.models.device_sampler import DeviceBank, DeviceEpisodeSampler  # noqa: E402
 
 
 def per_episode(bank, negatives: str, batch: int, blocks: int) -> tuple[float, float]:
     """Median microseconds per episode of the device sampler and of the reference."""
     data = DeviceBank(bank, "cpu")
-    dev = DeviceEpisodeSampler(bank, "concept_iid", "train", negatives, seed=0, data=data)
+    spec = EpisodeSpec("concept_iid", "train", negatives, seed=0)
+    dev = DeviceEpisodeSampler(bank, spec, data=data)
     ref = curi.EpisodeSampler(bank, "concept_iid", "train", negatives, seed=0)
     dev.sample(0, batch)  # warm up
     ref[0]

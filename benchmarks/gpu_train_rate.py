@@ -37,9 +37,11 @@ def sampler_ms(bank, device: str, size: int, repeats: int) -> float:
     """Median milliseconds of one draw of `size` episodes."""
     import torch
 
+    from curi.episodes import EpisodeSpec
     from curi.models.device_sampler import DeviceEpisodeSampler
 
-    s = DeviceEpisodeSampler(bank, "concept_iid", "train", "hard", 0, device=device)
+    spec = EpisodeSpec("concept_iid", "train", "hard", 0)
+    s = DeviceEpisodeSampler(bank, spec, device=device)
     s.sample(0, size)  # warm-up
     times = []
     for d in range(1, repeats + 1):

@@ -1,5 +1,5 @@
 """Bit operations on packed uint64 words for the loops numba compiles (`curi.pcg`,
-`curi.episode_draws`, `curi.posterior_loops`, `curi.oracles.loops`): the popcount of a word,
+`curi.episodes.draws`, `curi.posterior_loops`, `curi.oracles.loops`): the popcount of a word,
 the position of its lowest set bit, and the set bits of many packed rows."""
 
 from __future__ import annotations

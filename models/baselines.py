@@ -160,21 +160,15 @@ def _oracle_file(out_dir: Path, split: str, negatives: str) -> Path:
 def oracle_job(bank, split: str, evaluation: Mapping, path: str) -> dict:
     """A job: the oracles on a split's test episodes (those every run of the split is tested
     on), written to `path` with the evaluation settings (`bank`: a bank or its path)."""
+    from curi.episodes import EpisodeSpec
     from curi.oracles.eval_set import EvalSet
     from curi.oracles.gap import score_split
-    from curi.splits import make_split
 
     bank = _bank_at(bank) if isinstance(bank, str) else bank
     e = evaluation
+    spec = EpisodeSpec(split, "test", e["negatives"], seed=e["seed"], size=e["episodes"])
     row = score_split(
-        bank,
-        make_split(bank, split),
-        e["negatives"],
-        EvalSet.from_bank(bank),
-        episodes=e["episodes"],
-        prior=e["prior"],
-        likelihood=e["likelihood"],
-        seed=e["seed"],
+        bank, spec, EvalSet.from_bank(bank), prior=e["prior"], likelihood=e["likelihood"]
     )
     write_text(Path(path), json.dumps({"eval": dict(evaluation), "row": row}, indent=2) + "\n")
     return row

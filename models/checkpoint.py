@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import pickle
 import re
 import shutil
+import stat
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,13 +20,16 @@ from typing import TYPE_CHECKING
 
 from curi.atomic import atomic_path, remove, write_text
 from curi.errors import ConfigError
+from curi.paths import open_regular, regular_file
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "MetricLogger",
     "check_checkpoint_bank",
+    "check_fields",
     "link_checkpoint",
     "load_checkpoint",
+    "load_optimizer",
     "load_weights",
     "checkpoint_file",
     "save_checkpoint",
@@ -37,6 +42,10 @@ if TYPE_CHECKING:  # torch is imported where a checkpoint is read or written
 log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = 1
 EVENTS = "events.out.tfevents."  # how TensorBoard names the event files it writes
+# How a file torch.save wrote begins: a zip archive (torch >= 1.6), or a pickle (the legacy
+# format, protocol 2 or later, whose first byte is the PROTO opcode).
+_MAGIC = (b"PK\x03\x04", b"\x80")
+_AGAIN = "use another checkpoint of the run (checkpoints/step_*.pt), or train again"
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
@@ -46,14 +55,16 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
         ``(payload, file)``, tensors on the CPU.
 
     Raises:
-        ConfigError: nothing there, not a checkpoint of this format, or weights that are not
-            those saved (digest) or not finite.
+        ConfigError: nothing there, not a checkpoint of this format, weights that are not
+            those saved (digest) or not finite, or a field beside them out of range
+            (`check_fields`).
     """
     p = checkpoint_file(path)
     payload = _safe_load(p)
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{p} is not a curi checkpoint (format {CHECKPOINT_FORMAT})")
     _check_weights(payload, p)
+    check_fields(payload, p)
     return payload, p
 
 
@@ -63,16 +74,28 @@ def checkpoint_file(path: str | Path, *, last: bool = False) -> Path:
     it before its work.
 
     Raises:
-        ConfigError: no checkpoint there.
+        ConfigError: no checkpoint there, something else than a regular file (a FIFO, which
+            is never opened), or a file that does not begin as torch's files do (its first
+            bytes: a text file is refused before torch is imported).
     """
     p = Path(path).expanduser()
     if p.is_dir():
         for name in ("last.pt",) if last else ("best.pt", "last.pt"):
-            if (p / "checkpoints" / name).is_file():
-                p = p / "checkpoints" / name
+            if os.path.lexists(p / "checkpoints" / name):  # a FIFO there: say what it is
+                p = regular_file(p / "checkpoints" / name, "checkpoint")
                 break
     if not p.is_file():
+        if os.path.lexists(p) and not p.is_dir():  # a FIFO, a socket, a dangling link ...
+            regular_file(p, "checkpoint")
         raise ConfigError(f"checkpoint not found at {path}; give a .pt file or a run directory")
+    with open_regular(p, "checkpoint") as f:
+        head = f.read(4)
+    if not head.startswith(_MAGIC):
+        what = "empty" if not head else "not a torch file, as `curi train` writes (its first bytes)"
+        raise ConfigError(
+            f"{p} is not a checkpoint: it is {what}; give a .pt file from a run's "
+            "checkpoints/ folder, or the run directory"
+        )
     return p
 
 
@@ -106,6 +129,132 @@ def _check_weights(payload: dict, p: Path) -> None:
             f"{bad[0]}): the run diverged before this step; resume from an earlier checkpoint "
             "(resume=<run>/checkpoints/step_N.pt), or train again with a lower train.lr"
         )
+
+
+def check_fields(payload: Mapping, path: Path) -> None:
+    """Refuse the fields a checkpoint keeps beside its weights, which their digest does not
+    cover, where they are out of range: an edited ``step`` would claim steps never trained,
+    an edited ``best_map`` keep ``best.pt`` from ever being replaced. ``config`` must be a
+    mapping of run options; ``step`` an integer in [0, the config's ``train.steps``];
+    ``best_step`` absent or an integer in [0, ``step``]; ``best_map`` a val mAP in [0, 1]
+    beside a ``best_step``, else absent (None, or -inf: no validation yet, as `curi train`
+    writes it). The optimizer state is checked against the model (`load_optimizer`).
+
+    Raises:
+        ConfigError: naming the checkpoint, the field, its value and what it must be.
+    """
+    config = payload.get("config")
+    if not isinstance(config, Mapping):
+        raise _damaged(path, "config", config, "a mapping of run options")
+    train = config.get("train")
+    steps = train.get("steps") if isinstance(train, Mapping) else None
+    if not _integer(steps, 1):
+        raise _damaged(path, "config's train.steps", steps, "a positive integer")
+    step = payload.get("step")
+    if not _integer(step, 0, steps):
+        raise _damaged(path, "step", step, f"an integer in [0, {steps}] (its train.steps)")
+    best_step, best_map = payload.get("best_step"), payload.get("best_map")
+    if best_step is not None and not _integer(best_step, 0, step):
+        raise _damaged(path, "best_step", best_step, f"an integer in [0, {step}] (its step)")
+    if best_step is None:
+        if not (best_map is None or (type(best_map) is float and best_map == -math.inf)):
+            raise _damaged(path, "best_map", best_map, "absent, as its best_step is")
+    elif not (type(best_map) in (int, float) and 0 <= best_map <= 1):  # NaN fails too
+        raise _damaged(path, "best_map", best_map, "a val mAP in [0, 1]")
+
+
+def _integer(value: object, low: int, high: int | None = None) -> bool:
+    return type(value) is int and low <= value and (high is None or value <= high)
+
+
+def _finite(value: object) -> bool:
+    """A real number (not a bool) that is finite, or a one-element finite tensor."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and bool(value.isfinite().all())
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _damaged(path: Path, field: str, value: object, want: str) -> ConfigError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return ConfigError(
+        f"checkpoint {path} is damaged: its {field} is {shown}, not {want}; {_AGAIN}"
+    )
+
+
+def load_optimizer(opt: torch.optim.Optimizer, payload: Mapping, path: Path) -> None:
+    """Load a checkpoint's optimizer state (``payload["optimizer"]``) into `opt`, built over
+    the model its config describes, once it fits `opt`: as many ``param_groups``, holding the
+    same parameters, their settings of the same kinds (numbers finite); per-parameter state
+    for those parameters only, every tensor finite and of its parameter's shape (or one
+    number, as Adam's step count). NaN in Adam's moments would train on and fail later.
+
+    Raises:
+        ConfigError: naming the checkpoint and the first part of the state that does not fit.
+    """
+    problem = _optimizer_problem(payload.get("optimizer"), opt)
+    if problem:
+        raise ConfigError(f"checkpoint {path} is damaged: its optimizer state {problem}; {_AGAIN}")
+    opt.load_state_dict(payload["optimizer"])
+
+
+def _optimizer_problem(saved: object, opt: torch.optim.Optimizer) -> str | None:
+    """What in the optimizer state `saved` does not fit `opt` (None: it fits)."""
+    import torch
+
+    if not (
+        isinstance(saved, Mapping)
+        and isinstance(saved.get("state"), Mapping)
+        and isinstance(saved.get("param_groups"), list)
+    ):
+        return "is not a mapping of 'state' and a list of 'param_groups'"
+    mine, groups = opt.state_dict()["param_groups"], saved["param_groups"]
+    if len(groups) != len(mine):
+        return f"has {len(groups)} param_groups, not {len(mine)}"
+    for k, (theirs, ours) in enumerate(zip(groups, mine, strict=True)):
+        params = theirs.get("params") if isinstance(theirs, Mapping) else None
+        if (
+            not isinstance(params, list)
+            or [i if type(i) is int else None for i in params] != (ours["params"])
+        ):
+            return f"param_groups[{k}] does not list the model's {len(ours['params'])} parameters"
+        for key in sorted((ours.keys() & theirs.keys()) - {"params"}):
+            if not _same_kind(theirs[key], ours[key]):
+                return f"param_groups[{k}][{key!r}] is {theirs[key]!r}"
+    shapes = [p.shape for g in opt.param_groups for p in g["params"]]
+    for index, entry in saved["state"].items():
+        if not _integer(index, 0, len(shapes) - 1):
+            return f"is for a parameter {index!r} the model lacks (it has {len(shapes)})"
+        if not isinstance(entry, Mapping):
+            return f"of parameter {index} is {type(entry).__name__}, not a mapping"
+        for name, value in entry.items():
+            where = f"{name!r} of parameter {index}"
+            if not isinstance(value, torch.Tensor):
+                if not _finite(value):
+                    return f"{where} is {value!r}, not a finite number"
+            elif value.dim() and value.shape != shapes[index]:
+                return f"{where} has shape {tuple(value.shape)}, not {tuple(shapes[index])}"
+            elif value.is_floating_point() and not value.isfinite().all():
+                return f"{where} holds NaN or infinite values"
+    return None
+
+
+def _same_kind(theirs: object, ours: object) -> bool:
+    """Whether an optimizer setting saved (`theirs`) is of the kind of `opt`'s own: a flag
+    (bool or None), a finite number, or a tuple of finite numbers (Adam's betas)."""
+    if ours is None or isinstance(ours, bool):
+        return theirs is None or isinstance(theirs, bool)
+    if isinstance(ours, (tuple, list)):
+        return (
+            isinstance(theirs, (tuple, list))
+            and len(theirs) == len(ours)
+            and all(_finite(x) for x in theirs)
+        )
+    if _finite(ours):
+        return _finite(theirs)
+    return type(theirs) is type(ours)
 
 
 def load_weights(model: torch.nn.Module, payload: Mapping, path: Path) -> None:
@@ -243,9 +392,9 @@ class MetricLogger:
             remove(path, root=run_dir, link=True)
         else:
             self._purge = resume_step + 1
-            if path.is_file():
+            if _regular_or_missing(path):
                 self._kept = _keep_rows_through(path, resume_step)
-        self._file = path.open("a")
+        self._file = _open_log(path)
 
     def _writer(self):
         """The TensorBoard writer, opened on first use (None without tensorboard)."""
@@ -276,6 +425,46 @@ class MetricLogger:
             self._file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def _regular_or_missing(path: Path) -> bool:
+    """Whether ``metrics.jsonl`` is a regular file (False: missing).
+
+    Raises:
+        ConfigError: something else is there (a FIFO, whose open would wait for a reader for
+            ever, a folder, a symlink, which would be written through).
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(mode):
+        return True
+    kind = {stat.S_IFLNK: "a symlink", stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder"}
+    raise ConfigError(
+        f"{path} is {kind.get(stat.S_IFMT(mode), 'a special file')}, not a regular file: a run "
+        "folder's metrics.jsonl is the log curi appends to; move it away, or train into "
+        "another output_dir"
+    )
+
+
+def _open_log(path: Path):
+    """``metrics.jsonl`` opened to append, never through a symlink and never waiting on a
+    FIFO (one put there after `_regular_or_missing`).
+
+    Raises:
+        ConfigError: what is there is not a regular file.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError:  # a symlink (ELOOP), a FIFO without reader (ENXIO), a folder ...
+        _regular_or_missing(path)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        _regular_or_missing(path)
+    return os.fdopen(fd, "a")
 
 
 def _keep_rows_through(path: Path, step: int) -> set[tuple[str, int]]:

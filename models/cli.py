@@ -30,6 +30,7 @@ RUN_KEYS = (
     "bank",
     "split",
     "negatives",
+    "negative_sampler",
     "modality",
     "pooling",
     "train",
@@ -114,6 +115,7 @@ def evaluate(cfg: DictConfig) -> None:
         seed=cfg.seed,
         split=split,
         negatives=cfg.negatives,
+        negative_sampler=cfg.get("negative_sampler"),
         device=cfg.device,
         render_device=cfg.render_device,
         batch_size=cfg.batch_size,
@@ -307,6 +309,7 @@ def difficulty(cfg: DictConfig) -> None:
         likelihood=c["likelihood"],
         seed=c["seed"],
         device=c["device"],
+        negative_sampler=c.get("negative_sampler", "paper"),
     )
     settings = {
         "bank": bank.config["name"],

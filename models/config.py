@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from curi import validate
 from curi.bank import open_bank
+from curi.episodes import NEGATIVE_SAMPLERS, EpisodeSpec
 from curi.errors import ConfigError, known_options
 from curi.models.schedule import SCHEDULES
 from curi.posterior import NEGATIVES
@@ -230,6 +231,9 @@ class RunConfig:
         embed_dim: scene embedding size (256).
         seed: seed of the model's initialisation, the episodes and their order.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        negative_sampler: ``paper`` or ``matched`` (`curi.episodes.NEGATIVE_SAMPLERS`); a run
+            recorded before the key existed drew ``paper`` ones, and ``paper`` is not recorded
+            (`to_dict`), so such runs keep their records.
         data_dir: where the bank lives (None: the default data folder).
     """
 
@@ -242,6 +246,7 @@ class RunConfig:
     embed_dim: int = 256
     seed: int = 0
     device: str = "auto"
+    negative_sampler: str = "paper"
     data_dir: str | None = None
 
     @classmethod
@@ -278,9 +283,26 @@ class RunConfig:
             )
         self.train.check()
 
+        validate.choice(self.negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
     def to_dict(self) -> dict:
-        """Plain JSON-ready form (what checkpoints store)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Plain JSON-ready form (what checkpoints store); ``negative_sampler`` only when it
+        is not ``paper``, so a run's record (and a sweep's run key) is what it was before."""
+        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        if d["negative_sampler"] == "paper":
+            del d["negative_sampler"]
+        return d
+
+    def episodes(self, split, subset: str, *, size: int | None = None, seed=None) -> EpisodeSpec:
+        """The `EpisodeSpec` of this run's episodes of `subset` of `split` (a `Split` or
+        name), seeded with ``run.seed`` unless `seed` is given."""
+        return EpisodeSpec(
+            split,
+            subset,
+            self.negatives,
+            seed=self.seed if seed is None else seed,
+            negative_sampler=self.negative_sampler,
+            size=size,
+        )
 
 
 def check_eval_options(*, episodes, seed, batch_size, num_workers, chunk) -> None:

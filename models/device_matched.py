@@ -119,17 +119,20 @@ class MatchedNegatives:
         got[rows], n[rows] = sub_got, sub_n
 
     def _on_host(self, kind, h, positives, used, short, out, gen) -> None:
-        """Sets whose key lacks scenes outside h: `EpisodeSampler`'s own procedure, with a
-        numpy stream drawn from this step's generator."""
+        """Sets whose key lacks scenes outside h: `EpisodeSampler`'s own procedure, drawing
+        (`curi.pcg`) from a stream seeded by this step's generator."""
+        from curi.pcg import states_of
+
         ref = self.s.reference
         words = ref.bank.truth_words
         seed = int(torch.randint(2**62, (1,), device=self.s.device, generator=gen))
         for b in torch.nonzero(short).squeeze(1).tolist():
             hb = int(h[b])
             taken = set(used[b].tolist())
-            rng = np.random.default_rng([seed, b])
+            st = np.random.PCG64(np.random.SeedSequence([seed, b])).state["state"]
+            state = states_of([(st["state"], st["inc"])])[0]
             ids, _ = ref._matched_negatives(
-                kind, hb, np.asarray(words[hb]), positives[b].cpu().numpy(), taken, rng
+                kind, hb, np.asarray(words[hb]), positives[b].cpu().numpy(), taken, state
             )
             out[b] = torch.as_tensor(ids, dtype=torch.int64, device=self.s.device)
 

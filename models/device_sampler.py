@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError
 from curi.models.device_bits import (
     clear_bits,
@@ -32,7 +32,6 @@ from curi.models.device_bits import (
     popcount,
     select_bits,
 )
-from curi.posterior import NUM_NEGATIVES, NUM_POSITIVES
 from curi.rng import derive_rng
 
 __all__ = ["DeviceBank", "DeviceEpisodeSampler", "take_uniform"]
@@ -93,61 +92,43 @@ class DeviceEpisodeSampler:
     ``sample(draw, size, rank=rank)`` is a pure function of (seed, draw, rank, size) on a
     given device: a run resumed at step t draws what the uninterrupted run drew (a draw is one
     step's episodes, or on CUDA several steps': `curi.models.device_batches.DrawnEpisodes`),
-    and DDP processes (`rank`) draw independent episodes. The options are
-    `curi.EpisodeSampler`'s, and checked by it.
+    and DDP processes (`rank`) draw independent episodes. The episodes are those of `spec`
+    (`curi.episodes.EpisodeSpec`: split, subset, negatives, query negatives, negative sampler,
+    seed and set sizes; ``random`` query negatives are drawn easy; its size and shuffle do not
+    apply: every draw is shuffled).
 
     Args:
         bank: a `ConceptBank`.
-        split: a `Split` or a split name.
-        subset: ``train`` (the default), ``val`` or ``test``.
-        negatives: ``hard`` or ``easy``.
-        seed: the seed.
+        spec: the episodes, checked against `bank` here (`EpisodeSpec.check`).
         device: where the bits live and the episodes are drawn.
-        query_negatives: as `curi.EpisodeSampler` (``random`` draws easy ones).
-        num_positives, num_negatives: per set (5 and 20).
-        negative_sampler: ``paper`` or ``matched`` (`curi.episodes.NEGATIVE_SAMPLERS`).
         data: the bank's `DeviceBank` on `device`, when the caller has it.
 
     Raises:
-        ConfigError: a bad option (as `curi.EpisodeSampler`), or a bank too big for the device.
+        ConfigError: what `EpisodeSpec.check` refuses, or a bank too big for the device.
     """
 
     def __init__(
         self,
         bank,
-        split,
-        subset: str = "train",
-        negatives: str = "hard",
-        seed: int = 0,
+        spec: EpisodeSpec,
         *,
         device: str | torch.device = "cpu",
-        query_negatives: str | None = None,
-        num_positives: int = NUM_POSITIVES,
-        num_negatives: int = NUM_NEGATIVES,
-        negative_sampler: str = "paper",
         data: DeviceBank | None = None,
     ) -> None:
-        self.reference = EpisodeSampler(
-            bank,
-            split,
-            subset,
-            negatives,
-            seed,
-            query_negatives=query_negatives,
-            num_positives=num_positives,
-            num_negatives=num_negatives,
-            size=1,
-            negative_sampler=negative_sampler,
-        )
-        ref = self.reference
+        self.spec = spec
+        self.reference = ref = EpisodeSampler.from_spec(bank, spec)
         self.device = torch.device(device)
         self.data = data if data is not None else DeviceBank(bank, self.device)
-        self.seed, self.negatives, self.query_negatives = ref.seed, negatives, ref.query_negatives
+        self.seed, self.negatives, self.query_negatives = (
+            ref.seed,
+            ref.negatives,
+            ref.query_negatives,
+        )
         self.num_positives, self.num_negatives = ref.num_positives, ref.num_negatives
         self.concepts = torch.as_tensor(ref.concepts, dtype=torch.int64).to(self.device)
         self.cdf = torch.as_tensor(ref.prior_cdf, dtype=torch.float64).to(self.device)
         self._matched = None
-        if negative_sampler == "matched":
+        if ref.negative_sampler == "matched":
             from curi.models.device_matched import MatchedNegatives
 
             self._matched = MatchedNegatives(self)

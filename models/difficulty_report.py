@@ -20,7 +20,7 @@ from curi import validate
 from curi.atomic import atomic_path, write_text
 from curi.concepts import parse
 from curi.divergence import DivergenceIndex
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError, SplitError
 from curi.models.checkpoint import check_checkpoint_bank, load_weights
 from curi.oracles.difficulty_auc import (
@@ -78,20 +78,21 @@ def _check_scorable(split: Split, sample: np.ndarray) -> None:
 
 
 class PerConceptSampler:
-    """`episodes` test episodes of each concept of `concepts`: item i is episode i % episodes
-    of concept concepts[i // episodes] (the same episodes `oracle_outcomes` scores)."""
+    """``spec.size`` test episodes of each concept of `concepts`: item i is episode
+    i % spec.size of concept concepts[i // spec.size] (the same episodes `oracle_outcomes`
+    scores: `spec`'s, its split's test set cut to one concept, named ``<split>#<h>``)."""
 
-    def __init__(self, bank, split: Split, concepts, episodes: int, negatives: str, seed: int):
+    def __init__(self, bank, spec: EpisodeSpec, concepts):
+        split = spec.check(bank).split
         self.bank, self.subset, self.split = bank, "test", split
-        self.episodes = int(episodes)
+        self.episodes = spec.size
         self._samplers = [
-            EpisodeSampler(
+            EpisodeSampler.from_spec(
                 bank,
-                dataclasses.replace(split, name=f"{split.name}#{h}", test=np.array([h])),
-                "test",
-                negatives,
-                seed=seed,
-                size=self.episodes,
+                spec.replace(
+                    split=dataclasses.replace(split, name=f"{split.name}#{h}", test=np.array([h])),
+                    subset="test",
+                ),
             )
             for h in np.asarray(concepts).tolist()
         ]
@@ -106,17 +107,16 @@ class PerConceptSampler:
 def model_outcomes(
     checkpoint,
     bank,
-    split: Split,
+    spec: EpisodeSpec,
     concepts,
     *,
-    episodes: int = 10,
-    seed: int = 0,
     batch_size: int = 64,
     device: str = "cpu",
 ) -> dict[str, np.ndarray]:
-    """A checkpoint's mean AP per concept over `episodes` test episodes of each (the oracle's
-    episodes), and, for a model trained with the concept loss, the share of episodes whose
-    greedily decoded concept is exactly the concept (``exact``; None without a decoder).
+    """A checkpoint's mean AP per concept over ``spec.size`` test episodes of each (the
+    oracle's episodes, with the checkpoint's kind of negatives), and, for a model trained
+    with the concept loss, the share of episodes whose greedily decoded concept is exactly
+    the concept (``exact``; None without a decoder).
 
     Raises:
         ConfigError: the checkpoint is for another bank.
@@ -142,7 +142,8 @@ def model_outcomes(
         model.eval()
         ev = EvalSet.from_bank(bank)
         emb = embed_eval_set(model, bank, run.modality, device=dev)
-        sampler = PerConceptSampler(bank, split, concepts, episodes, run.negatives, seed)
+        sampler = PerConceptSampler(bank, spec.replace(negatives=run.negatives), concepts)
+        episodes = sampler.episodes
         ds = EpisodeDataset(sampler, run.modality, max_len=ckpt.get("max_len"))
         loader = DataLoader(
             ds,
@@ -182,6 +183,7 @@ def difficulty_report(
     likelihood: str = "size_principle",
     seed: int = 0,
     device: str = "cpu",
+    negative_sampler: str = "paper",
 ) -> dict:
     """Per-concept rows, AUC tables and per-split correlations for `splits` of `bank`.
 
@@ -193,6 +195,7 @@ def difficulty_report(
         episodes: evaluation episodes per test concept.
         max_concepts: score a seeded sample of at most this many test concepts per split.
         threshold: easy = outcome >= threshold (``median``: the split's median).
+        negatives, negative_sampler, seed: the episodes' (`curi.EpisodeSampler`).
 
     Returns:
         ``{"rows", "auc_oracle", "auc_model", "auc_exact", "splits", "correlations"}``.
@@ -202,6 +205,9 @@ def difficulty_report(
             scored. SplitError: a split with fewer than two test concepts.
     """
     check_options(episodes=episodes, max_concepts=max_concepts)
+    spec = EpisodeSpec(
+        "-", "test", negatives, seed=seed, size=episodes, negative_sampler=negative_sampler
+    )  # the split of each is set below
     names = list(predictors or PREDICTOR_NAMES)
     for name in names:
         validate.choice(name, "predictors", PREDICTOR_NAMES)
@@ -221,20 +227,12 @@ def difficulty_report(
     for s in resolved:
         te = samples[s.name]
         orc = oracle_outcomes(
-            bank,
-            s,
-            te,
-            episodes=episodes,
-            negatives=negatives,
-            prior=prior,
-            likelihood=likelihood,
-            seed=seed,
-            eval_set=ev,
+            bank, spec.replace(split=s), te, prior=prior, likelihood=likelihood, eval_set=ev
         )
         mod = None
         if s.name in checkpoints:
             mod = model_outcomes(
-                checkpoints[s.name], bank, s, te, episodes=episodes, seed=seed, device=device
+                checkpoints[s.name], bank, spec.replace(split=s), te, device=device
             )
         rows += _concept_rows(bank, s.name, te, scores[s.name], names, orc, mod)
         split_rows.append(_split_row(s, te, scores[s.name], names, orc, mod, div))

@@ -17,8 +17,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
+from curi import validate
 from curi.atomic import atomic_path, write_text
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.errors import BankError, BankMismatchError, ConfigError
 from curi.models.checkpoint import check_checkpoint_bank, load_weights
 from curi.models.data import (
@@ -304,6 +305,7 @@ def evaluate_checkpoint(
     seed: int = 0,
     split: str | Mapping | None = None,
     negatives: str | None = None,
+    negative_sampler: str | None = None,
     device: str = "auto",
     render_device: str | None = None,
     batch_size: int | None = None,
@@ -332,7 +334,8 @@ def evaluate_checkpoint(
         subset: ``test`` (default), ``val`` or ``train``.
         episodes: number of episodes (paper: 20,000 test episodes).
         seed: the episodes' seed (the oracles' too).
-        split, negatives: override the checkpoint's.
+        split, negatives, negative_sampler: override the checkpoint's (`curi.EpisodeSampler`;
+            a checkpoint without a negative sampler drew ``paper`` negatives).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         render_device: where scenes are rendered (default: the checkpoint's modality.device).
         batch_size: episodes per batch (default: the training batch size).
@@ -358,11 +361,21 @@ def evaluate_checkpoint(
         BankError: the checkpoint's bank is missing, or another bank is in its place.
     """
     ckpt, path, run = _load_run(checkpoint)
+    spec = EpisodeSpec(
+        run.split if split is None else split,
+        subset,
+        negatives or run.negatives,
+        seed=seed,
+        negative_sampler=negative_sampler or run.negative_sampler,
+        size=validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES),
+    )
+    if oracles and subset != "test":
+        raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
     dev = resolve_device(device)
     bank = _checkpoint_bank(run, ckpt, path, bank, data_dir, progress, build)
-    sp, neg = _checked_episodes(bank, run, split, negatives, subset, episodes, oracles)
+    spec = spec.check(bank)
     run, renderer, model = _load_model(run, ckpt, path, dev, render_device)
-    sampler = EpisodeSampler(bank, sp, subset, neg, seed=seed, size=episodes)
+    sampler = EpisodeSampler.from_spec(bank, spec)
     ev = EvalSet.from_bank(bank)
     batch = batch_size or run.train.batch_for(renderer.name)
     metrics = _score_model(
@@ -421,24 +434,6 @@ def _checkpoint_bank(run, ckpt: Mapping, path: Path, bank, data_dir, progress, b
             f"differ in {diff}); give the data_dir that holds its bank, or a new data_dir "
             "with build=true to build that bank there"
         ) from None
-
-
-def _checked_episodes(bank, run, split, negatives, subset: str, episodes, oracles: bool):
-    """The split and negatives of the episodes to score (the checkpoint's, unless `split` or
-    `negatives` is given), once the subset and the count are checked.
-
-    Raises:
-        ConfigError: oracles asked for on another subset than ``test``, or `episodes` < 1.
-    """
-    from curi.splits import make_split
-
-    sp = make_split(bank, run.split if split is None else split)
-    neg = negatives or run.negatives
-    if oracles and subset != "test":
-        raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
-    if episodes < 1:
-        raise ConfigError(f"episodes must be >= 1, got {episodes}")
-    return sp, neg
 
 
 def _load_model(run, ckpt: Mapping, path: Path, dev: torch.device, render_device: str | None):
@@ -504,13 +499,10 @@ def _score_oracles(
         return None
     row = score_split(
         sampler.bank,
-        sampler.split,
-        sampler.negatives,
+        sampler.spec,
         ev,
-        episodes=episodes,
         prior=prior,
         likelihood=likelihood,
-        seed=seed,
         progress=progress,
         per_episode=per_episode,
     )
@@ -522,6 +514,13 @@ def _score_oracles(
         row["map_prior"],
     )
     return row
+
+
+def _sampler_key(sampler) -> dict:
+    """``negative_sampler`` when it is not ``paper`` (a paper evaluation's record is what it
+    was before the option reached `curi eval`)."""
+    s = sampler.negative_sampler
+    return {} if s == "paper" else {"negative_sampler": s}
 
 
 def _result(path: Path, ckpt, sampler, episodes, seed, dev, metrics, oracle_row, per_concept):
@@ -537,6 +536,7 @@ def _result(path: Path, ckpt, sampler, episodes, seed, dev, metrics, oracle_row,
         "subset": sampler.subset,
         "split": sampler.split.name,
         "negatives": sampler.negatives,
+        **_sampler_key(sampler),
         "episodes": episodes,
         "seed": seed,
         "device": str(dev),

@@ -120,6 +120,7 @@ def model_predictions(
     seed: int = 0,
     chunk: int = 512,
     progress: bool = False,
+    negative_sampler: str = "paper",
 ) -> dict[str, np.ndarray]:
     """A model's scores on `episodes` episodes, on the inputs of `modality` (see the module
     docstring): `curi.oracles.model_score.model_predictions` with the dataset's rendering.
@@ -143,6 +144,7 @@ def model_predictions(
             seed=seed,
             render_ids=render_ids,
             progress=progress,
+            negative_sampler=negative_sampler,
         )
 
 
@@ -162,6 +164,7 @@ def score_in_modality(
     oracles: bool = True,
     chunk: int = 512,
     progress: bool = False,
+    negative_sampler: str = "paper",
 ) -> dict[str, list[dict]]:
     """Score a model on one or more splits, on the inputs `episode_dataset` gives for
     `modality` (a name or a renderer config, as the dataset takes it).
@@ -175,7 +178,8 @@ def score_in_modality(
         threshold: required: a query scene is predicted positive iff its score > threshold
             (0.5 for probabilities, 0 for logits or log-odds).
         embed, compare: the embedding path (see the module docstring).
-        subset, negatives, episodes, seed: which episodes (`curi.EpisodeSampler`).
+        subset, negatives, episodes, seed, negative_sampler: which episodes
+            (`curi.EpisodeSampler`).
         oracles: add the strong / weak / random / prior-only oracles of the same episodes.
         chunk: scenes rendered (and embedded) at a time.
         progress: show a progress bar.
@@ -208,4 +212,5 @@ def score_in_modality(
             threshold=threshold,
             oracles=oracles,
             progress=progress,
+            negative_sampler=negative_sampler,
         )

@@ -28,6 +28,7 @@ from curi.models.checkpoint import (
     checkpoint_file,
     link_checkpoint,
     load_checkpoint,
+    load_optimizer,
     load_weights,
     save_checkpoint,
     state_digest,
@@ -356,7 +357,7 @@ def _resume(
             f"output_dir {path.parent.parent} already holds a run: {e} in another output_dir"
         ) from None
     load_weights(model, ckpt, path)
-    opt.load_state_dict(ckpt["optimizer"])
+    load_optimizer(opt, ckpt, path)
     if ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])
     state = _Val(float(ckpt.get("best_map", -math.inf)), ckpt.get("best_step"), ckpt.get("val"))

@@ -102,7 +102,7 @@ def train_loader(
     if sampler == "device":
         return _device_loader(run, rt, bank, split, batch, start, renderer, max_len, cache)
     s = run.train
-    pool = EpisodeSampler(bank, split, "train", run.negatives, seed=run.seed, size=s.train_episodes)
+    pool = EpisodeSampler.from_spec(bank, run.episodes(split, "train", size=s.train_episodes))
     in_main = cache is not None or renders_on_cuda(run.modality)
     loader = DataLoader(
         EpisodeBatches(pool, run.modality, max_len=max_len, render=not in_main),
@@ -132,7 +132,7 @@ def _scene_source(bank, renderer: Renderer, rt: Runtime, cache) -> SceneSource:
 
 
 def _device_loader(run, rt, bank, split, batch, start, renderer, max_len, cache):
-    drawn = DeviceEpisodeSampler(bank, split, "train", run.negatives, run.seed, device=rt.device)
+    drawn = DeviceEpisodeSampler(bank, run.episodes(split, "train"), device=rt.device)
     if renderer.name == "schema":
         source = DeviceScenes(bank.scenes, renderer, rt.device)
     else:

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from curi import validate
-from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, EpisodeSampler
+from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError
 from curi.oracles.audit_features import FEATURE_GROUPS, feature_groups, scene_features
 from curi.oracles.metrics import (
@@ -91,22 +91,18 @@ def _metrics(p: np.ndarray, y: np.ndarray) -> dict:
 
 def audit_split(
     bank,
-    split: Split,
-    negatives: str,
+    train: EpisodeSpec,
+    test: EpisodeSpec,
     *,
-    train_episodes: int = 1000,
-    test_episodes: int = 1000,
     support: bool = True,
-    negative_sampler: str = "paper",
     max_iter: int = 50,
-    seed: int = 0,
     threads: int = 1,
     progress: bool = False,
 ) -> dict:
     """One row of the audit: the support-free learner of one (split, negatives), trained on
-    `train_episodes` training episodes (their query sets, and support sets when `support`)
-    and scored on the query sets of `test_episodes` test episodes; `threads`: OpenMP threads
-    of the trees.
+    the episodes of `train` (their query sets, and support sets when `support`) and scored on
+    the query sets of the episodes of `test` (of the same split, negatives, negative sampler
+    and seed); `threads`: OpenMP threads of the trees.
 
     Returns:
         The row: split, negatives, ``auc``, ``cba``, ``map`` (means over test episodes),
@@ -117,10 +113,11 @@ def audit_split(
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     t0 = time.perf_counter()
-    kw = {"seed": seed, "negative_sampler": negative_sampler}
-    tag = f"{split.name}/{negatives}"
-    train = EpisodeSampler(bank, split, "train", negatives, size=train_episodes, **kw)
-    test = EpisodeSampler(bank, split, "test", negatives, size=test_episodes, **kw)
+    split, negatives, seed = test.split_name, test.negatives, test.seed
+    tag = f"{split}/{negatives}"
+    test_episodes = test.size
+    train = EpisodeSampler.from_spec(bank, train)
+    test = EpisodeSampler.from_spec(bank, test)
     tr_ids, tr_y = _episode_arrays(train, support, f"{tag} train", progress)
     te_ids, te_y = _episode_arrays(test, False, f"{tag} test", progress)
     x_tr, x_te = _features(bank, tr_ids), _features(bank, te_ids)
@@ -132,7 +129,7 @@ def audit_split(
         model.fit(x_tr, tr_y.ravel())
         p = _scores(model, x_te, te_y.shape)
         importance = _importance(model, x_te, te_y, float(np.nanmean(roc_auc(p, te_y))), seed, tag)
-    row = {"split": split.name, "negatives": negatives, "negative_sampler": negative_sampler}
+    row = {"split": split, "negatives": negatives, "negative_sampler": test.negative_sampler}
     row.update(_metrics(p, te_y))
     rng = derive_rng(seed, f"audit-chance:{tag}", 0)
     row["map_random"] = float(np.mean(average_precision_batch(rng.random(te_y.shape), te_y)))
@@ -203,10 +200,14 @@ def run_audit(
         "threads": validate.integer(threads, "threads", low=1, high=1024),
         "progress": progress,
     }
+    learner = {k: opts[k] for k in ("support", "max_iter", "threads", "progress")}
+    stream = {"seed": seed, "negative_sampler": negative_sampler}
     rows = []
     jobs = [(sp, neg) for neg in negatives for sp in resolved]
     for sp, neg in tqdm(jobs, desc="audit", unit="split", disable=not progress):
-        rows.append(audit_split(bank, sp, neg, **opts))
+        train = EpisodeSpec(sp, "train", neg, size=train_episodes, **stream)
+        test = EpisodeSpec(sp, "test", neg, size=test_episodes, **stream)
+        rows.append(audit_split(bank, train, test, **learner))
         log.info("%s/%s: AUC %.3f (%.1f s)", sp.name, neg, rows[-1]["auc"], rows[-1]["seconds"])
     importance, strongest = {}, {}
     for neg in negatives:

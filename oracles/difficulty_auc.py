@@ -12,7 +12,7 @@ import numpy as np
 
 from curi import validate
 from curi.bits import unpack_rows
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.metrics import (
     class_balanced_accuracy_batch,
@@ -73,20 +73,18 @@ def concept_sample(split: Split, max_concepts: int | None, seed: int) -> np.ndar
 
 def oracle_outcomes(
     bank,
-    split: Split,
+    spec: EpisodeSpec,
     concepts: np.ndarray | None = None,
     *,
-    episodes: int = 10,
-    negatives: str = "hard",
     prior: str = "log_linear",
     likelihood: str = "size_principle",
-    seed: int = 0,
     eval_set: EvalSet | None = None,
 ) -> dict[str, np.ndarray]:
     """The weak oracle's mean AP (on the evaluation set) and mean class-balanced accuracy (on
-    the query set) over `episodes` test episodes of each concept.
+    the query set) over ``spec.size`` test episodes of each concept of `concepts` (default:
+    the test concepts of ``spec.split``).
 
-    Episode j of concept h is episode j of a sampler whose test set is h alone, named
+    Episode j of concept h is episode j of `spec`'s sampler whose test set is h alone, named
     ``<split>#<h>``, so it depends on (seed, split, h, j) only. The weak oracle's hypothesis
     space is the split's training concepts (the strong one when train is the whole bank).
 
@@ -94,8 +92,10 @@ def oracle_outcomes(
         ``{"concept": (C,), "ap": (C,), "cba": (C,)}``.
     """
     episodes = validate.integer(
-        episodes, "episodes_per_concept", low=1, high=MAX_EPISODES_PER_CONCEPT
+        spec.size, "episodes_per_concept", low=1, high=MAX_EPISODES_PER_CONCEPT
     )
+    spec = spec.check(bank)
+    split, negatives = spec.split, spec.negatives
     concepts = np.asarray(split.test if concepts is None else concepts, np.int64)
     ev = eval_set if eval_set is not None else EvalSet.from_bank(bank)
     kw = {"prior": prior, "likelihood": likelihood, "negatives": negatives}
@@ -108,7 +108,7 @@ def oracle_outcomes(
     ap, cba = np.zeros(len(concepts)), np.zeros(len(concepts))
     for j, h in enumerate(concepts.tolist()):
         one = dataclasses.replace(split, name=f"{split.name}#{h}", test=np.array([h]))
-        sampler = EpisodeSampler(bank, one, "test", negatives, seed=seed, size=episodes)
+        sampler = EpisodeSampler.from_spec(bank, spec.replace(split=one, subset="test"))
         aps, qs, ql = [], [], []
         label_words = ev.rows[h]
         label = unpack_rows(label_words, len(ev))

@@ -19,7 +19,7 @@ import numpy as np
 from curi import validate
 from curi.bank import ConceptBank
 from curi.divergence import bank_index
-from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, EpisodeSampler
+from curi.episodes import NEGATIVE_SAMPLERS, NEGATIVES, EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError
 from curi.machine import available_cores
 from curi.oracles.eval_set import EvalSet
@@ -175,27 +175,26 @@ def _row(split: Split, negatives: str, parts: list[_Part], *, per_episode: bool 
 
 def score_split(
     bank,
-    split: Split,
-    negatives: str,
+    spec: EpisodeSpec,
     ev: EvalSet,
     *,
-    episodes: int,
     prior: str,
     likelihood: str,
-    seed: int,
     progress: bool = False,
     per_episode: bool = False,
-    negative_sampler: str = "paper",
 ) -> dict:
-    """Strong, weak, random and prior-only oracle metrics on `episodes` test episodes of one
-    split; with `per_episode`, the row also holds ``episode_ap``: ``{"strong", "weak",
-    "random", "prior"}`` -> (episodes,) arrays of each episode's AP (per-concept results,
-    `curi eval`). The prior-only oracle's scores are the same in every episode: its AP is
-    computed once per concept, its query scores once per scene."""
+    """Strong, weak, random and prior-only oracle metrics on the test episodes of `spec` (its
+    split, negatives, negative sampler, seed and size); with `per_episode`, the row also
+    holds ``episode_ap``: ``{"strong", "weak", "random", "prior"}`` -> (episodes,) arrays of
+    each episode's AP (per-concept results, `curi eval`). The prior-only oracle's scores are
+    the same in every episode: its AP is computed once per concept, its query scores once per
+    scene. The random oracle is seeded with the episodes' seed."""
     from tqdm import tqdm
 
-    opts = {"prior": prior, "likelihood": likelihood, "seed": seed}
-    scorer = _Scorer(bank, ev, **opts, negative_sampler=negative_sampler)
+    spec = spec.check(bank)
+    split, negatives, episodes = spec.split, spec.negatives, spec.size
+    opts = {"prior": prior, "likelihood": likelihood, "seed": spec.seed}
+    scorer = _Scorer(bank, ev, **opts, negative_sampler=spec.negative_sampler)
     parts = []
     bar = tqdm(total=episodes, desc=f"{split.name}/{negatives}", disable=not progress)
     with bar:

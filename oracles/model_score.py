@@ -13,7 +13,7 @@ import numpy as np
 
 from curi import validate
 from curi.bits import unpack_rows
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.gap import score_split
@@ -38,10 +38,6 @@ Predict = Callable[[Any, np.ndarray, Any], Any]
 """``predict(support, support_labels, targets) -> (T,) scores``: the support inputs of one
 episode (as `render` returns them for its records), their (S,) 0/1 labels, and T target inputs;
 higher scores mean "more likely positive"."""
-
-
-def _sampler(bank, split, subset, negatives, seed, episodes) -> EpisodeSampler:
-    return EpisodeSampler(bank, split, subset, negatives, seed=seed, size=episodes)
 
 
 def _real(x, what: str) -> np.ndarray:
@@ -84,8 +80,10 @@ def model_predictions(
     render: Callable[[list[dict]], Any] | None = None,
     render_ids: Callable[[np.ndarray], Any] | None = None,
     progress: bool = False,
+    negative_sampler: str = "paper",
 ) -> dict[str, np.ndarray]:
-    """Run `predict` on `episodes` episodes of (split, subset, negatives, seed).
+    """Run `predict` on `episodes` episodes of (split, subset, negatives, seed) (their
+    negatives drawn by `negative_sampler`, as `curi.EpisodeSampler` draws them).
 
     `render` turns scene records into model inputs (e.g. ``lambda r: renderer(r).data`` with
     a `curi.renderers` renderer); default: the records themselves. `render_ids` instead turns
@@ -108,7 +106,10 @@ def model_predictions(
     if render_ids is None:
         by_records = render or (lambda records: records)
         render_ids = lambda ids: by_records(bank.scene_records(ids))  # noqa: E731
-    sampler = _sampler(bank, split, subset, negatives, seed, episodes)
+    spec = EpisodeSpec(
+        split, subset, negatives, seed=seed, size=episodes, negative_sampler=negative_sampler
+    )
+    sampler = EpisodeSampler.from_spec(bank, spec)
     ev = EvalSet.from_bank(bank)
     eval_inputs = render_ids(ev.ids)
     q_scores = np.zeros((episodes, sampler.num_positives + sampler.num_negatives))
@@ -136,16 +137,18 @@ def score_arrays(
     oracles: bool = True,
     prior: str = "log_linear",
     likelihood: str = "size_principle",
+    negative_sampler: str = "paper",
 ) -> dict[str, list[dict]]:
     """The benchmark's metrics of a model's scores, given as arrays, on episodes 0..E-1 of
-    (split, subset, negatives, seed).
+    (split, subset, negatives, seed, negative_sampler).
 
     Args:
         bank: a `ConceptBank`.
         split: a `Split`, a split name or a split config.
         query_scores: (E, Q) scores of each episode's query set, in the episode's order.
         eval_scores: (E, M) scores of the evaluation set (``bank.eval_ids`` order).
-        subset, negatives, seed: which episodes were scored (`curi.EpisodeSampler`).
+        subset, negatives, seed, negative_sampler: which episodes were scored
+            (`curi.EpisodeSampler`).
         threshold: a query scene is predicted positive iff its score > threshold (0.5 for
             probabilities, 0 for log-odds).
         oracles: add the strong / weak / random / prior-only oracles of the same episodes
@@ -166,8 +169,11 @@ def score_arrays(
     """
     threshold = check_threshold(threshold)
     q, m = _score_matrices(query_scores, eval_scores)
-    sp = split if isinstance(split, Split) else make_split(bank, split)
-    sampler = _sampler(bank, sp, subset, negatives, seed, len(q))
+    spec = EpisodeSpec(
+        split, subset, negatives, seed=seed, size=len(q), negative_sampler=negative_sampler
+    )
+    sampler = EpisodeSampler.from_spec(bank, spec)
+    sp = sampler.split
     ev = EvalSet.from_bank(bank)
     _check_fit(q, m, sampler, ev)
     eps = [sampler[i] for i in range(len(q))]
@@ -185,9 +191,7 @@ def score_arrays(
         "cba_pooled": pooled_class_balanced_accuracy(q, q_labels, threshold=threshold),
     }
     if oracles and subset == "test":
-        orc = score_split(
-            bank, sp, negatives, ev, episodes=len(q), prior=prior, likelihood=likelihood, seed=seed
-        )
+        orc = score_split(bank, sampler.spec, ev, prior=prior, likelihood=likelihood)
         row.update({k: v for k, v in orc.items() if k.startswith(("map_", "cba_"))})
     return {"split": [row], "concepts": _concept_rows(bank, sp.name, concepts, ap, cba)}
 
@@ -248,6 +252,7 @@ def score_model(
     threshold: float = 0.5,
     oracles: bool = True,
     progress: bool = False,
+    negative_sampler: str = "paper",
 ) -> dict[str, list[dict]]:
     """Score a model given as a `Predict` callable on one or more splits: `model_predictions`
     (its inputs made by `render` or `render_ids`) then `score_arrays` per split; the rows
@@ -270,6 +275,7 @@ def score_model(
     for s in splits:
         sp = s if isinstance(s, Split) else make_split(bank, s)
         kw = {"subset": subset, "negatives": negatives, "seed": seed}
+        kw["negative_sampler"] = negative_sampler
         pred = model_predictions(
             predict,
             bank,

@@ -362,13 +362,14 @@ def test_the_readme_inline_splits_list_of_difficulty_runs(tiny_bank_dir, tmp_pat
 # --- every refusal before torch, the bank and the run folder ----------------------------------
 # (command line, what its one-line error says): something of every command that needs only
 # the config and the file system to be refused. In the working folder of the test: a file `f`,
-# a FIFO `fifo.jsonl`; `none` is missing.
+# a file `c.pt` that begins as a checkpoint does, a FIFO `fifo.jsonl`; `none` is missing.
 REFUSALS = [
     (["train", "train.batch_size=-4"], "train.batch_size must be an integer in [1, 100000]"),
     (["train", "train=tiny", "train.nosuch=1"], "unknown option 'train.nosuch'"),
     (["train", "resume=none"], "checkpoint not found at none"),
     (["eval", "checkpoint=none"], "checkpoint not found at none"),
-    (["eval", "checkpoint=f", "episodes=0"], "episodes must be an integer"),
+    (["eval", "checkpoint=c.pt", "episodes=0"], "episodes must be an integer"),
+    (["eval", "checkpoint=f"], "f is not a checkpoint: it is not a torch file"),
     (["rules", "theta=2"], "theta must be a number in (0.5, 1.0], got 2"),
     (["rules", "rules=none"], "rules file 'none' does not exist"),
     (["lm", "rules", "out=o", "theta=2"], "theta must be a number"),
@@ -428,6 +429,7 @@ def test_every_refusal_comes_before_torch_the_bank_and_a_run_folder(tmp_path):
     outputs/gap/<time>/ with .hydra/ and an empty log; `curi train train.batch_size=-4` and
     `curi lm` imported torch first, `curi gap splits=[nosuch]` loaded the bank)."""
     (tmp_path / "f").write_text("x")
+    (tmp_path / "c.pt").write_bytes(b"PK\x03\x04")  # a zip archive's first bytes, as torch's
     os.mkfifo(tmp_path / "fifo.jsonl")
     before = sorted(p.name for p in tmp_path.iterdir())
     env = {**os.environ, "CURI_DATA_DIR": str(tmp_path / "data")}

@@ -10,9 +10,10 @@ import torch
 from scipy import stats
 
 from curi.bits import set_bits
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.models.device_batches import DRAW_EPISODES, DrawnEpisodes, steps_per_draw
 from curi.models.device_sampler import DeviceBank, DeviceEpisodeSampler
+from curi.pcg import states_of
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -25,7 +26,8 @@ def data(tiny_bank):
 
 
 def _sampler(bank, data, negatives="hard", **kw):
-    return DeviceEpisodeSampler(bank, "concept_iid", "train", negatives, seed=3, data=data, **kw)
+    spec = EpisodeSpec("concept_iid", "train", negatives, seed=3, **kw)
+    return DeviceEpisodeSampler(bank, spec, data=data)
 
 
 def _alternates(bank, h, positives):
@@ -174,9 +176,11 @@ def test_positives_are_uniform_over_the_concepts_scenes(tiny_bank, data):
 def _conditional(s, ref, kind, h, positives, used, n=1500):
     """Negatives of one set drawn n times by the device sampler and by the reference."""
     row = np.asarray(ref.bank.truth_words[h])
-    rng = np.random.default_rng(0)
+    st = np.random.PCG64(0).state["state"]
+    state = states_of([(st["state"], st["inc"])])[0]  # curi.pcg's draws, advanced by each set
+    taken = np.fromiter(used, np.int64)
     want = np.concatenate(
-        [ref._negatives(kind, h, row, positives, set(used), rng)[0] for _ in range(n)]
+        [ref._negatives(kind, h, row, positives, taken, state)[0] for _ in range(n)]
     )
     t = torch.as_tensor
     got = s.negatives_of(
@@ -268,7 +272,8 @@ def test_whole_episodes_match_the_reference(tiny_bank, data):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("negatives", ["hard", "easy"])
 def test_on_cuda_every_episode_is_valid(tiny_bank, negatives):
-    s = DeviceEpisodeSampler(tiny_bank, "concept_iid", "train", negatives, seed=3, device="cuda")
+    spec = EpisodeSpec("concept_iid", "train", negatives, seed=3)
+    s = DeviceEpisodeSampler(tiny_bank, spec, device="cuda")
     b = s.sample(7, 256)
     assert all(v.is_cuda for v in b.values())
     b = {k: v.cpu().numpy() for k, v in b.items()}

@@ -14,6 +14,7 @@ import pytest
 from conftest import run_curi
 
 from curi import ConfigError, make_split
+from curi.episodes import EpisodeSpec
 from curi.errors import OptionError, SplitError
 from curi.models.difficulty_report import difficulty_report, write_report
 from curi.oracles.difficulty_auc import (
@@ -84,11 +85,12 @@ def test_auc_table_and_split_correlations():
 def test_oracle_outcomes_deterministic(tiny_bank):
     sp = make_split(tiny_bank, "boolean")
     te = sp.test[:4]
-    a = oracle_outcomes(tiny_bank, sp, te, episodes=3, seed=1)
-    b = oracle_outcomes(tiny_bank, sp, te, episodes=3, seed=1)
+    spec = EpisodeSpec(sp, "test", seed=1, size=3)
+    a = oracle_outcomes(tiny_bank, spec, te)
+    b = oracle_outcomes(tiny_bank, spec, te)
     assert np.array_equal(a["ap"], b["ap"]) and np.array_equal(a["cba"], b["cba"])
     assert a["ap"].shape == (4,) and ((0 <= a["ap"]) & (a["ap"] <= 1)).all()
-    c = oracle_outcomes(tiny_bank, sp, te[:2], episodes=3, seed=1)  # per concept: independent
+    c = oracle_outcomes(tiny_bank, spec, te[:2])  # per concept: independent
     assert np.array_equal(c["ap"], a["ap"][:2])
 
 

@@ -462,3 +462,17 @@ def test_select_of_many_rows_equals_select_bits():
     ranks[:, 0], ranks[:, 1] = 0, [counts[c] - 1 for c in h.tolist()]
     want = np.stack([select_bits(words[c], r) for c, r in zip(h.tolist(), ranks, strict=True)])
     np.testing.assert_array_equal(select(words, h, ranks), want)
+
+
+def test_matched_batches_fall_back_to_the_reference_with_one_logged_line(tiny_bank, caplog):
+    """The batched path draws paper negatives only: matched episodes are the reference
+    sampler's, said once per sampler (not once per chunk), never refused."""
+    import logging
+
+    s = EpisodeSampler(tiny_bank, "concept_iid", "test", "hard", seed=2, negative_sampler="matched")
+    with caplog.at_level(logging.INFO, logger="curi.episodes.batch"):
+        a, b = s.stacked(0, 3), s.stacked(3, 6)
+    said = [r for r in caplog.records if "negative_sampler=matched" in r.getMessage()]
+    assert len(said) == 1
+    np.testing.assert_array_equal(a["support_ids"][1], s[1].support_ids)
+    np.testing.assert_array_equal(b["query_ids"][2], s[5].query_ids)

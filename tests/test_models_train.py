@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_module
 from torch.utils.data import DataLoader
 
 import curi
+from curi.episodes import EpisodeSpec
 from curi.errors import ConfigError
 from curi.models import (
     ConceptTokenizer,
@@ -274,7 +275,8 @@ def test_device_sampler_feeds_image_scenes_too(tiny_bank):
     kw = {"start": 1, "renderer": renderer, "max_len": 30, "sampler": "device"}
     (batch,) = list(train_loader(run, rt, tiny_bank, split, 2, **kw))
     assert batch["support"].shape == (2, 25, 3, 160, 240) and batch["query"].shape[1] == 25
-    drawn = DeviceEpisodeSampler(tiny_bank, split, "train", "hard", 0).sample(1, 2)
+    spec = EpisodeSpec(split, "train", "hard", 0)
+    drawn = DeviceEpisodeSampler(tiny_bank, spec).sample(1, 2)
     first = drawn["ids"][0, :1].numpy()
     want = renderer.to_input(renderer.render(tiny_bank.scene_records(first)).data)
     torch.testing.assert_close(batch["support"][0, :1], want, atol=1e-5, rtol=0)

@@ -9,7 +9,7 @@ import pytest
 from reference import reference_eval
 
 from curi.bits import unpack_rows
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.oracles import Oracle
 from curi.oracles.eval_set import EvalSet
 from curi.oracles.gap import score_split
@@ -78,16 +78,9 @@ def test_ap_and_cba_on_episodes_equal_a_plain_recomputation(tiny_bank):
     split = make_split(tiny_bank, "counting")
     ev = EvalSet.from_bank(tiny_bank)
     n = 12
+    spec = EpisodeSpec(split, "test", "hard", seed=4, size=n)
     row = score_split(
-        tiny_bank,
-        split,
-        "hard",
-        ev,
-        episodes=n,
-        prior="log_linear",
-        likelihood="size_principle",
-        seed=4,
-        per_episode=True,
+        tiny_bank, spec, ev, prior="log_linear", likelihood="size_principle", per_episode=True
     )
     # the prior predictive of every evaluation scene: one concept-major row at a time
     w = _prior(tiny_bank, "log_linear")

@@ -13,12 +13,16 @@ rounds outrun its candidates is built by the sampler's own code."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from curi.episodes import sampler as _episodes
 from curi.episodes.sampler import _BATCH, _MAX_ROUNDS
 
 __all__ = ["stacked_episodes"]
+
+log = logging.getLogger(__name__)
 
 _SPECULATE = 640  # candidates an episode draws at once: 13 rounds of 48, or 10 of 64
 _NOT_H, _REJECTION, _OTHER = 0, 1, 2  # how a set's negatives are found
@@ -27,6 +31,12 @@ _NOT_H, _REJECTION, _OTHER = 0, 1, 2  # how a set's negatives are found
 def stacked_episodes(sampler, start: int, stop: int) -> dict[str, np.ndarray]:
     """`EpisodeSampler.stacked`: episodes [start, stop) of `sampler` as arrays."""
     idx = range(start, stop)
+    if sampler._matched and len(idx) and not getattr(sampler, "_told", False):
+        sampler._told = True  # one line per sampler, not one per chunk
+        log.info(
+            "negative_sampler=matched: episodes built one at a time by the reference sampler "
+            "(the same episodes; the batched path draws paper negatives only)"
+        )
     if sampler._matched or not len(idx):
         return _stack([sampler[i] for i in idx], len(idx), sampler)
     from curi.episodes import draws

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from curi import validate
 from curi.atomic import exclusive, remove, write_text
-from curi.episodes import Episode, EpisodeSampler
+from curi.episodes import Episode, EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError
 from curi.export.card import CARD_FORMAT, card_path, card_text
 from curi.export.files import (
@@ -176,28 +176,22 @@ def export_episodes(
     out = check_export_path(out)
     if media is not None and kind(out) == "lines":
         raise ConfigError(NO_FILES_IN_LINES.format(name=out.name))
-    sampler = _sampler(bank, split, subset, negatives, query_negatives, seed, n, negative_sampler)
+    spec = EpisodeSpec(
+        split,
+        subset,
+        negatives,
+        seed=seed,
+        query_negatives=query_negatives,
+        negative_sampler=negative_sampler,
+        size=n,
+    )
+    sampler = EpisodeSampler.from_spec(bank, spec)
     with exclusive(out, what=f"out={out}", error=ConfigError):
         items = _export_items(sampler, out, media, jobs, launcher, workers, threads, progress)
         files, card = _publish_with_card(sampler, split, out, items, shard_size, media, jobs)
     paths = [out.with_name(f["name"]) for f in files]
     written_path = brace_pattern(out, len(files)) if kind(out) == "tar" else out
     return {"episodes": written_path, "files": paths, "card": card}
-
-
-def _sampler(bank, split, subset, negatives, query_negatives, seed, n, negative_sampler):
-    """The sampler of an export's episodes 0..n-1 (`export_episodes`, and each job's range in
-    `_export_range`)."""
-    return EpisodeSampler(
-        bank,
-        split,
-        subset,
-        negatives,
-        seed=seed,
-        query_negatives=query_negatives,
-        size=n,
-        negative_sampler=negative_sampler,
-    )
 
 
 def _export_items(
@@ -309,8 +303,7 @@ def _run_export_jobs(
         launcher = Launcher("basic", threads=threads)
     if launcher.folder is None:
         launcher = dataclasses.replace(launcher, folder=staging_folder(out))
-    args = (sampler.bank, split, sampler.subset, sampler.negatives, sampler.query_negatives)
-    args += (sampler.seed, sampler.size, media, sampler.negative_sampler)
+    args = (sampler.bank, sampler.spec, media)
 
     def job(part: Part) -> Job:
         return Job(f"{out.name}:{part.name}", _export_range, (*args, part))
@@ -319,21 +312,10 @@ def _run_export_jobs(
     return parts
 
 
-def _export_range(
-    bank,
-    split,
-    subset,
-    negatives,
-    query_negatives,
-    seed,
-    n,
-    media,
-    negative_sampler,
-    part: Part,
-) -> int:
-    """A job of a sharded export: episodes ``part.start..part.stop-1`` written as `part`,
-    their files rendered in this process (with the torch threads the launcher set)."""
-    sampler = _sampler(bank, split, subset, negatives, query_negatives, seed, n, negative_sampler)
+def _export_range(bank, spec: EpisodeSpec, media, part: Part) -> int:
+    """A job of a sharded export: episodes ``part.start..part.stop-1`` of `spec` written as
+    `part`, their files rendered in this process (with the torch threads the launcher set)."""
+    sampler = EpisodeSampler.from_spec(bank, spec)
     episodes = (sampler[i] for i in range(part.start, part.stop))
     with contextlib.closing(_items(episodes, media, 1, None)) as items:
         return write_items(part, items)

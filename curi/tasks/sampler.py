@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from curi import validate
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError
 from curi.posterior import LIKELIHOODS, Posterior, hypothesis_bits
 from curi.prior import PRIORS
 from curi.rng import derive_rng
-from curi.splits import Split, make_split
+from curi.splits import Split
 from curi.tasks.draw import Pools, classify, draw_candidates, draw_context_rule, pick_balanced
 from curi.tasks.replies import RULE_KINDS, Hypotheses, RuleRows, compress_groups, relation
 
@@ -214,8 +214,9 @@ class RuleTaskSampler:
         self.kinds, self.theta, self.rule_rate = c["kinds"], c["theta"], c["rule_rate"]
         self.scene_requests, self.rules_per_kind = c["scene_requests"], c["rules_per_kind"]
         self.num_context_rules, self.candidates = c["context_rules"], c["candidates"]
-        split = split if isinstance(split, Split) else make_split(bank, split)
-        self.episodes = EpisodeSampler(bank, split, subset, negatives, seed, size=size)
+        spec = EpisodeSpec(split, subset, negatives, seed=seed, size=size)  # checked here
+        self.episodes = EpisodeSampler.from_spec(bank, spec)
+        self.spec, split = self.episodes.spec, self.episodes.split
         self.bank, self.split, self.subset = bank, split, subset
         self.negatives, self.seed, self.hypotheses = negatives, self.episodes.seed, hypotheses
         self.prior, self.likelihood = prior, likelihood

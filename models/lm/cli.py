@@ -89,6 +89,7 @@ def lm_export(cfg: DictConfig) -> None:
         eval_scenes=int(cfg.eval_scenes),
         progress=cfg.progress,
         episode_file=cfg.get("episodes"),
+        negative_sampler=cfg.get("negative_sampler", "paper"),
     )
     report = {"tasks": str(Path(cfg.out)), "manifest": str(path)}
     if cfg.get("tokenizer") is not None:

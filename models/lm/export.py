@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from curi.atomic import write_text
+from curi.episodes import EpisodeSpec
 from curi.errors import ConfigError
 from curi.models.lm.prompt import (
     DELIMITER,
@@ -94,12 +95,12 @@ def _eval_sample(bank, k: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(ids, size=k, replace=False)) if k else ids[:0]
 
 
-def _sampled(bank, split, subset, negatives, n, seed, wording) -> list[dict]:
-    """Episodes 0..n-1 of a split as plain dicts with their scenes' text."""
+def _sampled(bank, spec: EpisodeSpec, wording) -> list[dict]:
+    """The episodes of `spec` as plain dicts with their scenes' text."""
     from curi.episodes import EpisodeSampler
 
-    sampler = EpisodeSampler(bank, split, subset, negatives, seed=seed, size=n)
-    eps = [sampler[i].to_dict(records=False) for i in range(n)]
+    sampler = EpisodeSampler.from_spec(bank, spec)
+    eps = [sampler[i].to_dict(records=False) for i in range(len(sampler))]
     for key in ("support", "query"):
         ids = np.concatenate([e[f"{key}_ids"] for e in eps])
         text = iter(_scene_texts(bank, ids, wording))
@@ -245,6 +246,7 @@ def export_tasks(
     eval_scenes: int = 0,
     progress: bool = True,
     episode_file: str | Path | None = None,
+    negative_sampler: str = "paper",
 ) -> Path:
     """Write an lm-evaluation-harness task folder for episodes 0..n-1 of each split (a
     `curi.splits.Split`) and kind of negatives, or for the episodes of an exported file.
@@ -259,6 +261,8 @@ def export_tasks(
     (`curi.models.lm.task.replacing`).
 
     Args:
+        negatives, n, seed, subset, negative_sampler: the episodes of each split
+            (`curi.EpisodeSampler`; n episodes); the negatives: one task each.
         eval_scenes: also ask about this many scenes of a seeded sample of the bank's
             evaluation set in every episode (metric ``eval_ap``); 0: the query set only.
         episode_file: instead of `splits`, the episodes of a file of `curi episodes ...
@@ -281,20 +285,20 @@ def export_tasks(
     answers = check_answers(answers)
     eval_ids = _eval_sample(bank, int(eval_scenes), seed)
     eval_text = _scene_texts(bank, eval_ids, wording) if len(eval_ids) else []
-    jobs, eps = [(s, neg) for s in splits for neg in negatives], None
+    stream = {"seed": seed, "size": n, "negative_sampler": negative_sampler}
+    jobs = [EpisodeSpec(s, subset, neg, **stream) for s in splits for neg in negatives]
+    eps = None
     if episode_file is not None:
         eps, meta = _from_file(bank, episode_file, wording)
-        jobs = [_file_task(bank, episode_file, meta, negatives[0])]
+        split, neg = _file_task(bank, episode_file, meta, negatives[0])
         subset, n, seed = meta.get("subset", subset), len(eps), meta.get("seed", seed)
+        jobs = [EpisodeSpec(split, subset, neg, seed=seed, size=max(n, 1))]
     with replacing(out, FILES) as folder:  # the folder's earlier export replaced as a whole
         tasks = _write_tasks(
             bank,
             jobs,
             folder,
             episodes=eps,
-            n=n,
-            seed=seed,
-            subset=subset,
             wording=wording,
             answers=answers,
             eval_ids=eval_ids,
@@ -304,6 +308,8 @@ def export_tasks(
         write_text(folder / "utils.py", _UTILS)
         write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
         options = {"subset": subset, "seed": seed, "episodes": n, "wording": wording}
+        if negative_sampler != "paper":  # an export of paper episodes is recorded as before
+            options["negative_sampler"] = negative_sampler
         manifest = _manifest(bank, options, answers, eval_ids, tasks)
         write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return Path(out).expanduser() / MANIFEST
@@ -311,31 +317,28 @@ def export_tasks(
 
 def _write_tasks(
     bank,
-    jobs,
+    jobs: list[EpisodeSpec],
     folder: Path,
     *,
     episodes: list[dict] | None,
-    n: int,
-    seed: int,
-    subset: str,
     wording: str,
     answers: Sequence[str],
     eval_ids: np.ndarray,
     eval_text: list[str],
     progress: bool,
 ) -> dict:
-    """Write the task of each (split, negatives) of `jobs` into `folder`: its episodes
-    (`episodes`, those of an episode file, else sampled) and split; returns the manifest's
-    entries of the tasks."""
+    """Write the task of each episode stream of `jobs` (one per split and negatives) into
+    `folder`: its episodes (`episodes`, those of an episode file, else sampled) and split;
+    returns the manifest's entries of the tasks."""
     from tqdm import tqdm
 
     tasks = {}
-    for split, neg in tqdm(jobs, desc="lm tasks", unit="task", disable=not progress):
-        split_name = split if isinstance(split, str) else split.name
+    for spec in tqdm(jobs, desc="lm tasks", unit="task", disable=not progress):
+        split, neg, split_name = spec.split, spec.negatives, spec.split_name
         name = task_name(split_name, neg)
         if name in tasks:
             raise ConfigError(f"two tasks would be named {name}: give the splits distinct names")
-        eps = episodes or _sampled(bank, split, subset, neg, n, seed, wording)
+        eps = episodes or _sampled(bank, spec, wording)
         info = {"split": split_name, "split_file": None, "negatives": neg}
         info.update(
             _write_task(
