@@ -301,7 +301,7 @@ def _wire(run: RunConfig, rt: Runtime, run_dir: Path, *, bank, resume, progress:
         loader=loader,
         step=step,
         sampler=sampler,
-        val=EpisodeSampler(bank, split, "val", run.negatives, seed=run.seed, size=s.val_episodes),
+        val=EpisodeSampler.from_spec(bank, run.episodes(split, "val", size=s.val_episodes)),
         eval_set=EvalSet.from_bank(bank),
         logger=MetricLogger(
             run_dir, enabled=rt.is_main, resume_step=None if resume is None and not rerun else start
