@@ -31,7 +31,7 @@ PUBLIC = {
 }
 #: Internal functions not converted yet (the propose-and-verify learner, written beside this
 #: change): to take an `EpisodeSpec`, then leave this list.
-NOT_YET = {"models/propose_verify_train.py": {"select_settings"}}
+NOT_YET = {"models/propose_verify_train.py": {"evaluate_run", "select_settings"}}
 
 
 def _loose_functions(root: Path = ROOT) -> list[str]:
