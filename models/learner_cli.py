@@ -44,8 +44,9 @@ def learner_of(cfg: DictConfig) -> str:
 
 def check_learner(cfg: DictConfig) -> dict:
     """The learner's checked options; for a learner other than ``protonet``, also refuse
-    what only a protonet reads (``pooling=``, ``train.alpha``) and a modality other than
-    ``schema``, before any heavy work.
+    what only a protonet reads (``pooling=``, ``train.alpha``, ``resume=``, a
+    ``negative_sampler`` other than ``paper``) and a modality other than ``schema``, before
+    any heavy work.
 
     Raises:
         OptionError: an unknown learner or option (``learner.k`` with ``learner=protonet``).
@@ -62,6 +63,9 @@ def check_learner(cfg: DictConfig) -> dict:
             raise ConfigError(
                 f"{key} is an option of learner=protonet, not of learner={name}; drop it"
             )
+    for key, plain in (("resume", None), ("negative_sampler", "paper")):
+        if cfg.get(key, plain) != plain:
+            raise ConfigError(f"learner={name} does not take {key}={cfg.get(key)}; drop it")
     modality = cfg.get("modality")
     if modality is not None and modality.get("name") != "schema":
         raise ConfigError(

@@ -17,6 +17,7 @@ BAD = [
     ("learner=propose_verify pooling=avg", "pooling is an option of learner=protonet"),
     ("learner=propose_verify train.alpha=1", "train.alpha is an option of learner=protonet"),
     ("learner=propose_verify modality=image", "reads the scenes' object arrays"),
+    ("learner=propose_verify negative_sampler=matched", "does not take negative_sampler=matched"),
 ]
 
 
