@@ -38,7 +38,7 @@ from curi.bits import unpack_rows
 from curi.concepts import Concept, parse
 from curi.errors import BankError, BankMismatchError, CuriError
 from curi.executor import BitScenes
-from curi.paths import inside
+from curi.paths import inside, output_path
 from curi.scenes import Camera, Scenes
 
 __all__ = [
@@ -392,6 +392,7 @@ def check_bank(
         ConfigError: a bad bank option.
         BankError: a data_dir that is empty or a file, or a missing bank that may not be built
             there.
+        ConfigError: a data folder where the bank would be built that cannot be written.
     """
     if isinstance(bank, BankConfig):
         cfg = bank
@@ -400,8 +401,12 @@ def check_bank(
     root = data_root(data_dir)
     if build is None:
         build = data_dir is None or root.absolute() == default_data_dir().absolute()
-    if not (build or force) and not (root / str(cfg.name) / MANIFEST).is_file():
+    there = (root / str(cfg.name) / MANIFEST).is_file()
+    if not (build or force) and not there:
         raise BankError(_missing_bank(cfg, root))
+    if force or not there:  # it will be built: under /proc or a file, mkdir fails at the end
+        given = data_dir is not None or not os.environ.get("CURI_DATA_DIR")
+        output_path(root, folder=True, key="data_dir" if given else "CURI_DATA_DIR")
     return cfg
 
 

@@ -198,6 +198,7 @@ def as_folder(path: object, what: str, error: type[CuriError] = ConfigError) -> 
     if not isinstance(path, str | Path) or not str(path).strip():
         raise error(f"{what} is empty; give a folder, or leave {what} out")
     p = Path(path).expanduser()
+    _dangling(p, what, path, error)
     there = next((q for q in (p, *p.parents) if _exists(q)), Path("."))
     if not there.is_dir():
         where = "" if there == p else f" (under {there})"
@@ -224,6 +225,8 @@ def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
     if "\0" in str(out):
         raise ConfigError(f"{key}={str(out)!r} holds a NUL character; give a {kind} path")
     path = Path(out)
+    if folder:  # a file is written by a rename, which replaces a link; a folder cannot be
+        _dangling(path, key, out, ConfigError)
     if _exists(path):
         if path.is_dir() != folder:
             what = "a folder" if path.is_dir() else "a file, not a folder"
@@ -242,6 +245,20 @@ def output_path(out: object, *, folder: bool, key: str = "out") -> Path:
             )
     _writable(parent, key, out, kind)
     return path
+
+
+def _dangling(path: Path, key: str, value: object, error: type[CuriError]) -> None:
+    """Refuse a symbolic link to nothing where a folder is to be made: ``mkdir`` fails on it
+    (the name exists), though every check that follows the link finds nothing there."""
+    try:
+        target = os.readlink(path) if path.is_symlink() and not path.exists() else None
+    except (OSError, ValueError):  # a name too long: the checks that follow say so
+        return
+    if target is not None:
+        raise error(
+            f"{key}={value} is a symbolic link to {target!r}, which does not exist; make its "
+            "target, or give another folder"
+        )
 
 
 def _writable(where: Path, key: str, out: object, kind: str) -> None:

@@ -268,3 +268,22 @@ def test_a_reused_bank_is_a_debug_line(tiny_bank_dir, caplog):
         open_bank("tiny", tiny_bank_dir.parent, progress=False)
     reuse = [r for r in caplog.records if "reusing it" in r.getMessage()]
     assert [r.levelno for r in reuse] == [logging.DEBUG]
+
+
+def test_a_data_folder_where_a_bank_cannot_be_built_is_refused_before_the_build(
+    tmp_path, monkeypatch, tiny_bank_dir
+):
+    """`check_bank` refuses a data folder the bank would be built in that cannot be made
+    (under /proc, $CURI_DATA_DIR a file): the build failed at its end, in a traceback
+    (issue 44). A bank already there is read, so its folder need not be writable."""
+    from curi.bank import check_bank
+
+    with pytest.raises(ConfigError, match="data_dir=/proc/curi-x: the folder /proc is not"):
+        check_bank("tiny", "/proc/curi-x", build=True)
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("CURI_DATA_DIR", str(tmp_path / "file"))
+    with pytest.raises(ConfigError, match=r"CURI_DATA_DIR=\S+file is a file, not a folder"):
+        check_bank("tiny")
+    monkeypatch.setenv("CURI_DATA_DIR", str(tiny_bank_dir.parent))
+    monkeypatch.setattr("curi.bank.output_path", lambda *a, **k: pytest.fail("checked"))
+    assert check_bank("tiny").name == "tiny"

@@ -341,3 +341,20 @@ def test_reading_a_fifo_never_blocks(tmp_path):
     assert read_text(tmp_path / "missing.json", "split file", missing_ok=True) is None
     with pytest.raises(ConfigError, match="does not exist"):
         read_text(tmp_path / "missing.json", "split file")
+
+
+def test_a_dangling_link_in_place_of_a_folder_is_one_line(tmp_path):
+    """A symbolic link to nothing passed `as_folder` and `output_path` (every check that
+    follows the link finds nothing there), and making the folder then failed on the link's
+    name in a traceback: `curi bank data_dir=LINK`, `curi gap output_dir=LINK` (issue 44)."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    checks = [
+        lambda: as_folder(str(link), "data_dir"),
+        lambda: output_path(link, folder=True, key="output_dir"),
+    ]
+    for check in checks:
+        with pytest.raises(ConfigError, match=r"=.*link is a symbolic link to .*nowhere'"):
+            check()
+    assert output_path(link, folder=False, key="out") == link  # a file's rename replaces it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link"]
