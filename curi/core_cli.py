@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi import validate
-from curi.bank import ConceptBank, check_bank, open_bank
+from curi.bank import BankConfig, ConceptBank, check_bank, open_bank
 from curi.errors import ConfigError
 from curi.paths import output_path
 
@@ -39,12 +39,12 @@ def _bank_args(cfg: DictConfig, build: bool | None) -> tuple[dict, dict]:
     return bank, kw
 
 
-def check_bank_of(cfg: DictConfig, *, build: bool | None = None) -> None:
+def check_bank_of(cfg: DictConfig, *, build: bool | None = None) -> BankConfig:
     """Refuse the bank of a command's config before any work: a bad option, or a bank that
     is missing where it may not be built (`curi.bank.check_bank`; `build` as in
-    `open_bank_from_config`)."""
+    `open_bank_from_config`). Returns its config (sizes to check options against)."""
     bank, kw = _bank_args(cfg, build)
-    check_bank(bank, cfg.data_dir, **kw)
+    return check_bank(bank, cfg.data_dir, **kw)
 
 
 def open_bank_from_config(cfg: DictConfig, *, build: bool | None = None) -> ConceptBank:

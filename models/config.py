@@ -184,6 +184,12 @@ class TrainSettings:
             raise ConfigError(
                 f"train.render_cache must be a folder or null, got {self.render_cache!r}"
             )
+        if self.warmup_steps > self.steps:  # the rate would never reach train.lr
+            raise ConfigError(
+                f"train.warmup_steps={self.warmup_steps} is more than train.steps={self.steps}: "
+                "the learning rate would still be warming up when training ends; give "
+                "train.warmup_steps <= train.steps"
+            )
         validate.choice(self.amp_dtype, "train.amp_dtype", sorted(_AMP_DTYPES))
         validate.choice(self.sampler, "train.sampler", SAMPLERS)
         validate.choice(self.lr_schedule, "train.lr_schedule", SCHEDULES)

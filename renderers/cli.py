@@ -50,8 +50,9 @@ def _threads(cfg: DictConfig) -> None:
 
 
 def _check_show(cfg: DictConfig) -> None:
-    """Refuse `curi show`'s numeric options of the wrong type or sign before the bank opens
-    (their upper bounds depend on the bank and are checked once it is open)."""
+    """Refuse `curi show`'s numeric options of the wrong type or sign before the bank opens,
+    and a scene past the bank's last (its config's count: no scene array is read); an
+    episode's upper bound depends on the split and is checked once the bank is open."""
     _check_threads(cfg)
     if cfg.episode is None:
         validate.integer(cfg.scene, "scene", low=0)
@@ -60,7 +61,9 @@ def _check_show(cfg: DictConfig) -> None:
     validate.seed(cfg.seed)
     validate.number(cfg.sheet_scale, "sheet_scale", low=0, high=8, open_low=True)
     output_path(cfg.out, folder=True)
-    check_bank_of(cfg)
+    bank = check_bank_of(cfg)
+    if cfg.episode is None and cfg.scene >= bank.num_scenes:  # before the scenes are read
+        raise ConfigError(_no_scene(cfg.scene, bank.num_scenes))
 
 
 @validate.checked(_check_show)
@@ -74,7 +77,7 @@ def show(cfg: DictConfig) -> None:
         _show_episode(bank, cfg)
         return
     if not 0 <= cfg.scene < bank.num_scenes:
-        raise ConfigError(f"scene={cfg.scene} is out of range; the bank has {bank.num_scenes}")
+        raise ConfigError(_no_scene(cfg.scene, bank.num_scenes))
     record = bank.scene_records([int(cfg.scene)])[0]
     page = write_scene_page(
         record,
@@ -84,6 +87,13 @@ def show(cfg: DictConfig) -> None:
         title=f"{bank.path.name}: scene {cfg.scene}",
     )
     print(page)
+
+
+def _no_scene(scene: int, scenes: int) -> str:
+    return (
+        f"scene={scene} is out of range: the bank has {scenes:,} scenes, numbered 0 to "
+        f"{scenes - 1:,}"
+    )
 
 
 def _show_episode(bank, cfg: DictConfig) -> None:

@@ -516,3 +516,19 @@ def test_help_describes_each_preset_in_whole_sentences(capsys):
             about = describe(group, name)
             assert about.endswith(".") and f"{name} {about}" in text, (group, name, about)
     assert describe("pooling", "avg").endswith("an MLP 256-512-384-256 with BatchNorm and ReLU.")
+
+
+# --- train settings that cannot work ---------------------------------------------------------
+def test_more_warmup_than_steps_is_refused_before_any_work(tmp_path):
+    # was: accepted, and the rate never left about 0 (warmup 500 of 20 steps)
+    out = tmp_path / "run"
+    args = ["bank=tiny", "train=tiny", f"data_dir={tmp_path / 'data'}", f"output_dir={out}"]
+    r = run_curi("train", *args, "train.warmup_steps=500", cwd=tmp_path)
+    line = _one_line_error(r, "curi train: error: train.warmup_steps=500 is more than ")
+    assert "train.steps=20" in line and "train.warmup_steps <= train.steps" in line
+    assert not out.exists() and not (tmp_path / "data").exists()
+    from curi.models.config import TrainSettings
+
+    TrainSettings.from_mapping({"steps": 20, "warmup_steps": 20})  # as many is fine
+    with pytest.raises(ConfigError, match="train.warmup_steps=21 is more than train.steps=20"):
+        TrainSettings.from_mapping({"steps": 20, "warmup_steps": 21})

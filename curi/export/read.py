@@ -24,6 +24,8 @@ from curi.paths import regular_file
 __all__ = ["check_episode_file", "count_episodes", "read_episode_file"]
 
 _KEYS = ("concept_text", "support_labels", "query_labels", "support_records", "query_records")
+_FIRST_CHARS = 1 << 24  # a first line longer than this (no episode is) is left to the reader
+_FIRST_LINES = 1000  # blank lines skipped before the first episode, at most
 _NOT_FOUND = (
     "episode file not found at {path}; export one with "
     "`curi episodes split=... subset=test n=... out=FILE`"
@@ -266,12 +268,53 @@ def _check_index(path: Path, where: str, ep: dict, position: int) -> None:
 def check_episode_file(path: str | Path) -> None:
     """Refuse what `read_episode_file` would refuse before reading an episode: a name of no
     known format, nothing there (or not a regular file), shards that do not match their
-    card. Cheap (no file is read but the card), so `curi episodes render` checks it first.
+    card; and a first episode that is not one (not JSON, missing keys), or none at all.
+    Cheap (the card and the first episode are read, no checksum), so `curi episodes render`
+    checks it first.
 
     Raises:
         EpisodeFileError: naming the file and what is wrong.
     """
-    _plan(unbrace(Path(path)))
+    path = unbrace(Path(path))
+    parts = _plan(path)
+    try:
+        first = _first_text(parts[0])
+    except UnicodeDecodeError as e:
+        raise EpisodeFileError(
+            f"{path} is not an episode file: it is not text (byte {e.start} is not UTF-8); "
+            "give a file written by `curi episodes ... out=FILE`"
+        ) from None
+    except (OSError, EOFError, zlib.error, tarfile.TarError, _ArrowError) as e:
+        raise EpisodeFileError(f"cannot read episode file {path}: {e}") from None
+    if first is None and len(parts) == 1:
+        raise EpisodeFileError(f"{path} holds no episodes")
+    if first is not None and first[1] is not None:
+        ep = _episode(path, *first)
+        if parts[0].first is not None:
+            _check_index(path, first[0], ep, parts[0].first)
+
+
+def _first_text(part: _Part) -> tuple[str, str | None] | None:
+    """(location, JSON text) of the first episode of `part` (None: it holds none), read
+    without the rest of the file; the text is None where a line is too long to take here
+    (the reader checks it)."""
+    if part.path.suffix in (".parquet", ".tar"):
+        texts = _part_texts(part)
+        try:
+            return next(texts, None)
+        finally:
+            texts.close()  # the file it holds open
+    gz = part.path.suffix == ".gz"
+    with gzip.open(part.path, "rt", encoding="utf-8") if gz else open(part.path) as f:
+        for n in range(1, _FIRST_LINES + 1):
+            line = f.readline(_FIRST_CHARS)
+            if not line:
+                return None
+            if len(line) == _FIRST_CHARS and not line.endswith("\n"):
+                return f"line {n}", None
+            if line.strip():
+                return f"line {n}", line
+    return f"line {_FIRST_LINES}", None  # blank lines only so far: the reader goes on
 
 
 def count_episodes(path: str | Path, limit: int | None = None) -> int | None:
