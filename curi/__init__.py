@@ -14,7 +14,7 @@ _EXPORTS = {
     "curi.bank": ["BankConfig", "ConceptBank", "build_bank", "load_bank", "open_bank"],
     "curi.concepts": ["Concept", "parse"],
     "curi.divergence": ["DivergenceIndex", "Divergences", "atom_divergence", "compound_divergence"],
-    "curi.episodes": ["Episode", "EpisodeSampler"],
+    "curi.episodes": ["Episode", "EpisodeSampler", "EpisodeSpec"],
     "curi.errors": ["BankError", "ConceptError", "ConfigError", "CuriError", "SplitError"],
     "curi.executor": ["evaluate"],
     "curi.grammar": ["sample_concepts"],
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
         atom_divergence,
         compound_divergence,
     )
-    from curi.episodes import Episode, EpisodeSampler
+    from curi.episodes import Episode, EpisodeSampler, EpisodeSpec
     from curi.errors import BankError, ConceptError, ConfigError, CuriError, SplitError
     from curi.executor import evaluate
     from curi.grammar import sample_concepts
@@ -55,6 +55,7 @@ __all__ = [
     "Divergences",
     "Episode",
     "EpisodeSampler",
+    "EpisodeSpec",
     "Posterior",
     "RuleTaskSampler",
     "CuriError",

@@ -331,9 +331,8 @@ def evaluate_checkpoint(
         data_dir: where the bank lives (default: the checkpoint's, else the default folder);
             a missing bank is built from the stored bank config in the default folder, or
             anywhere with `build` (`curi.bank.open_bank`).
-        subset: ``test`` (default), ``val`` or ``train``.
-        episodes: number of episodes (paper: 20,000 test episodes).
-        seed: the episodes' seed (the oracles' too).
+        subset, episodes, seed: ``test`` (default), ``val`` or ``train``; how many episodes
+            (paper: 20,000 test episodes); their seed (the oracles' too).
         split, negatives, negative_sampler: override the checkpoint's (`curi.EpisodeSampler`;
             a checkpoint without a negative sampler drew ``paper`` negatives).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
@@ -361,16 +360,8 @@ def evaluate_checkpoint(
         BankError: the checkpoint's bank is missing, or another bank is in its place.
     """
     ckpt, path, run = _load_run(checkpoint)
-    spec = EpisodeSpec(
-        run.split if split is None else split,
-        subset,
-        negatives or run.negatives,
-        seed=seed,
-        negative_sampler=negative_sampler or run.negative_sampler,
-        size=validate.integer(episodes, "episodes", low=1, high=validate.MAX_EPISODES),
-    )
-    if oracles and subset != "test":
-        raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
+    asked = {"subset": subset, "seed": seed, "episodes": episodes}
+    spec = _spec_of(run, split, negatives, negative_sampler, oracles=oracles, **asked)
     dev = resolve_device(device)
     bank = _checkpoint_bank(run, ckpt, path, bank, data_dir, progress, build)
     spec = spec.check(bank)
@@ -385,6 +376,24 @@ def evaluate_checkpoint(
         oracles, sampler, ev, episodes, seed, prior, likelihood, progress, per_concept
     )
     return _result(path, ckpt, sampler, episodes, seed, dev, metrics, oracle_row, per_concept)
+
+
+def _spec_of(run, split, negatives, negative_sampler, *, oracles: bool, **fields) -> EpisodeSpec:
+    """The `EpisodeSpec` of the episodes to score: `fields` (subset, seed, episodes) and the
+    checkpoint's split, negatives and negative sampler, each unless given.
+
+    Raises:
+        ConfigError: oracles asked for on another subset than ``test``, or a bad field."""
+    if oracles and fields["subset"] != "test":
+        raise ConfigError("oracle numbers are computed on test episodes; use subset=test")
+    count = validate.integer(fields.pop("episodes"), "episodes", low=1, high=validate.MAX_EPISODES)
+    return EpisodeSpec(
+        run.split if split is None else split,
+        negatives=negatives or run.negatives,
+        negative_sampler=negative_sampler or run.negative_sampler,
+        size=count,
+        **fields,
+    )
 
 
 def _load_run(checkpoint: str | Path):

@@ -176,15 +176,8 @@ def export_episodes(
     out = check_export_path(out)
     if media is not None and kind(out) == "lines":
         raise ConfigError(NO_FILES_IN_LINES.format(name=out.name))
-    spec = EpisodeSpec(
-        split,
-        subset,
-        negatives,
-        seed=seed,
-        query_negatives=query_negatives,
-        negative_sampler=negative_sampler,
-        size=n,
-    )
+    kinds = {"query_negatives": query_negatives, "negative_sampler": negative_sampler}
+    spec = EpisodeSpec(split, subset, negatives, seed=seed, size=n, **kinds)
     sampler = EpisodeSampler.from_spec(bank, spec)
     with exclusive(out, what=f"out={out}", error=ConfigError):
         items = _export_items(sampler, out, media, jobs, launcher, workers, threads, progress)

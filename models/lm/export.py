@@ -261,8 +261,8 @@ def export_tasks(
     (`curi.models.lm.task.replacing`).
 
     Args:
-        negatives, n, seed, subset, negative_sampler: the episodes of each split
-            (`curi.EpisodeSampler`; n episodes); the negatives: one task each.
+        negatives, n, seed, subset, negative_sampler: each split's n episodes, one task per
+            kind of negatives (a sampler other than ``paper`` is recorded in the manifest).
         eval_scenes: also ask about this many scenes of a seeded sample of the bank's
             evaluation set in every episode (metric ``eval_ap``); 0: the query set only.
         episode_file: instead of `splits`, the episodes of a file of `curi episodes ...
@@ -308,8 +308,7 @@ def export_tasks(
         write_text(folder / "utils.py", _UTILS)
         write_text(folder / f"{GROUP}.yaml", _group_yaml(list(tasks)))
         options = {"subset": subset, "seed": seed, "episodes": n, "wording": wording}
-        if negative_sampler != "paper":  # an export of paper episodes is recorded as before
-            options["negative_sampler"] = negative_sampler
+        options |= {} if negative_sampler == "paper" else {"negative_sampler": negative_sampler}
         manifest = _manifest(bank, options, answers, eval_ids, tasks)
         write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return Path(out).expanduser() / MANIFEST
