@@ -38,6 +38,11 @@ def read_rules(path: str | Path) -> list[str]:
     """
     from curi.concepts import parse
 
+    if not isinstance(path, str | Path):  # rules=[...] on the command line: a list
+        raise ConfigError(
+            f"rules= takes the name of a file of rule programs, one a line, not {path!r}; "
+            "write them to a file and give rules=FILE"
+        )
     lines = read_text(path, "rules file").splitlines()
     out = []
     for n, line in enumerate(lines, start=1):

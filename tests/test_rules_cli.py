@@ -26,3 +26,11 @@ def test_rules_file_must_be_a_regular_file(tmp_path):
         read_rules(fifo)
     with pytest.raises(ConfigError, match="rules file .* does not exist"):
         read_rules(tmp_path / "missing.txt")
+
+
+@pytest.mark.parametrize("value", [["x color? blue = lambda S. exists="], 5])
+def test_rules_that_are_not_a_file_name_are_one_line(value):
+    """`curi rules rules=[...]` (the programs themselves, a list) ended in a TypeError
+    traceback from opening a ListConfig as a path (issue 44's sweep of bad inputs)."""
+    with pytest.raises(ConfigError, match=r"^rules= takes the name of a file of rule programs"):
+        read_rules(value)
