@@ -24,7 +24,7 @@ from curi.oracles.report import markdown_table, plot_title
 from curi.paths import output_path, read_text, regular_file
 from curi.schema import check_shape
 from curi.signals import Interrupted, stop_on_signals
-from curi.splits import make_split
+from curi.splits import SplitSpec, make_split
 
 __all__ = ["audit", "curve", "curve_collect", "gap", "score"]
 
@@ -201,6 +201,8 @@ def _check_curve(cfg: DictConfig) -> None:
     for seed in cfg.seeds:
         check_gap_options(cfg.episodes.test, cfg.workers, seed)
     check_step(cfg.step)  # before the jobs: a NaN or tiny step fails after them, or never ends
+    mcd = OmegaConf.to_container(cfg.mcd, resolve=True)  # else each job fails, then the table
+    SplitSpec.from_mapping({"name": "mcd", "rule": "mcd", "progress": False, **mcd})
     job_launcher(Path(cfg.output_dir), threads=cfg.threads)
     if cfg.get("model_results"):
         _model_results(str(cfg.model_results))

@@ -252,3 +252,23 @@ def test_model_results_that_are_not_numbers_are_one_line(tmp_path, capsys, monke
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1, err
     assert f"model_results '{model}': mcd_max_s0 must be a number, got 'abc'" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [("mcd.train=1.5", "train must be a number in [0, 1], got 1.5"), ("mcd.max_da=-1", "max_da")],
+)
+def test_mcd_options_are_checked_before_the_jobs(
+    option, says, tiny_bank_dir, tmp_path, capsys, monkeypatch
+):
+    """`curi curve mcd.train=1.5` failed in every job, then in a traceback building a table of
+    no rows (issue 44's sweep of bad inputs): the options are refused before the jobs."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    bank = [f"data_dir={tiny_bank_dir.parent}", "bank=tiny"]
+    with pytest.raises(SystemExit) as e:
+        main(["curve", *bank, option, "seeds=[0]", "episodes.test=8", "paper_splits=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and says in err[0], err
+    assert list(tmp_path.iterdir()) == []
