@@ -266,3 +266,21 @@ def test_a_bad_wording_names_the_closest(tiny_bank, tmp_path):
     with pytest.raises(OptionError, match="wording must be one of full, compact.*compact"):
         export_tasks(tiny_bank, [], tmp_path, wording="compct", progress=False)
     assert not (tmp_path / "curi_tasks.json").exists()
+
+
+def test_a_tokenizer_file_that_is_not_one_is_refused_before_the_export(tmp_path):
+    """`curi lm export tokenizer=<a garbage tokenizer.json>` (or a FIFO) wrote the whole export
+    and then ended in a traceback from the Rust binding's bare Exception (issue 44's sweep of
+    bad inputs): `check_tokenizer`, run before the export, loads a file tokenizer (a FIFO is
+    refused unread)."""
+    from curi.models.lm.lengths import check_tokenizer
+
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"model": 1}')
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for path, says in ((bad, "cannot open the tokenizer "), (fifo, "is a FIFO, not a regular")):
+        with pytest.raises(ConfigError, match=says):
+            check_tokenizer(str(path))
+        with pytest.raises(ConfigError, match=says):
+            load_tokenizer(str(path))

@@ -11,6 +11,7 @@ import numpy as np
 
 from curi.errors import ConfigError
 from curi.models.lm.task import doc_to_text, read_manifest, read_table
+from curi.paths import regular_file
 
 __all__ = ["check_context", "check_tokenizer", "load_tokenizer", "prompt_lengths"]
 
@@ -22,13 +23,17 @@ _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 def check_tokenizer(path: str | Path) -> None:
     """Refuse a tokenizer path that names nothing: a file or folder that is not there and that
     cannot be a model's name on the Hub either (``transformers`` then says "Repo id must be in
-    the form ..."). Cheap, so `curi lm export` checks it before its work.
+    the form ..."), and a file that is not a tokenizer.json (read: it is small and `tokenizers`
+    loads it at once; a FIFO is refused unread). Cheap, so `curi lm export` checks it before
+    its work.
 
     Raises:
         ConfigError: naming the path.
     """
     p = Path(path).expanduser()
     if p.exists():
+        if not p.is_dir():
+            _from_file(regular_file(p, "tokenizer"), path)
         return
     if str(path).endswith(".json") or not _HUB_NAME.fullmatch(str(path)):
         raise ConfigError(
@@ -40,20 +45,29 @@ def check_tokenizer(path: str | Path) -> None:
 def load_tokenizer(path: str | Path):
     """A tokenizer: a ``tokenizer.json`` file (`tokenizers`) or a folder or name that
     ``transformers.AutoTokenizer`` opens. Returns a function text list -> token counts."""
-    check_tokenizer(path)
     p = Path(path).expanduser()
+    if p.is_file():
+        tok = _from_file(p, path)
+        return lambda texts: [len(e.ids) for e in tok.encode_batch(texts)]
+    check_tokenizer(path)
     try:
-        if p.is_file():
-            from tokenizers import Tokenizer
-
-            tok = Tokenizer.from_file(str(p))
-            return lambda texts: [len(e.ids) for e in tok.encode_batch(texts)]
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError, ImportError) as e:
         raise ConfigError(f"cannot open the tokenizer {path}: {str(e).splitlines()[0]}") from None
     return lambda texts: [len(ids) for ids in tok(texts)["input_ids"]]
+
+
+def _from_file(p: Path, path: str | Path):
+    """The `tokenizers.Tokenizer` of the tokenizer.json `p` (given as `path`)."""
+    try:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(p))
+    except Exception as e:  # the Rust binding raises a bare Exception on bad JSON
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"cannot open the tokenizer {path}: {first}") from None
 
 
 def _stats(values) -> dict:
