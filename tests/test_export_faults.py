@@ -422,3 +422,16 @@ def test_a_shard_read_alone_runs_on_from_its_first_episode(tar_export, tmp_path)
     alone.parent.mkdir()
     shutil.copy(shard, alone)
     assert [ep["index"] for ep in read_episode_file(alone)] == [2, 3]
+
+
+def test_a_garbage_tar_is_one_line(tmp_path):
+    """tarfile's error lists each compression it tried on a line of its own, so
+    `curi episodes render in=<garbage.tar>` ended in five lines (issue 44's sweep of bad
+    inputs)."""
+    from curi.export import check_episode_file
+
+    bad = tmp_path / "eps.tar"
+    bad.write_bytes(b"x" * 1024)
+    with pytest.raises(EpisodeFileError, match="method tar: ReadError") as e:
+        check_episode_file(bad)
+    assert "\n" not in str(e.value) and str(e.value).startswith("cannot read episode file")

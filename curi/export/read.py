@@ -169,7 +169,12 @@ def _texts(path: Path, parts: list[_Part]) -> Iterator[tuple[str, str]]:
                     path, part, f"{count} episodes, the card says {part.entry['episodes']}"
                 )
     except (OSError, EOFError, UnicodeDecodeError, zlib.error, tarfile.TarError, _ArrowError) as e:
-        raise EpisodeFileError(f"cannot read episode file {path}: {e}") from None
+        raise EpisodeFileError(f"cannot read episode file {path}: {_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    """`e`'s message on one line: tarfile's lists each compression it tried on a line."""
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def read_episode_file(
@@ -285,7 +290,7 @@ def check_episode_file(path: str | Path) -> None:
             "give a file written by `curi episodes ... out=FILE`"
         ) from None
     except (OSError, EOFError, zlib.error, tarfile.TarError, _ArrowError) as e:
-        raise EpisodeFileError(f"cannot read episode file {path}: {e}") from None
+        raise EpisodeFileError(f"cannot read episode file {path}: {_one_line(e)}") from None
     if first is None and len(parts) == 1:
         raise EpisodeFileError(f"{path} holds no episodes")
     if first is not None and first[1] is not None:
