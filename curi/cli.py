@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import re
@@ -25,7 +24,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from curi.atomic import write_text
-from curi.errors import ConfigError, CuriError, SplitError, did_you_mean
+from curi.errors import ConfigError, CuriError, did_you_mean
 from curi.options import (
     Options,
     check_config,
@@ -36,7 +35,7 @@ from curi.options import (
     load_options,
     summary,
 )
-from curi.paths import as_folder, output_path, regular_file
+from curi.paths import as_folder, output_path
 from curi.presets import CONF_PACKAGE, conf_dir
 
 __all__ = ["main"]
@@ -135,12 +134,13 @@ def _literal(text: str) -> str:
 
 
 def _split_file(value: str) -> str:
-    """The inline ``file`` rule reading the split file `value`, its name and path literal."""
-    path = regular_file(Path(value).expanduser().absolute(), "split file", SplitError)
-    try:
-        name = str(json.loads(path.read_text())["name"])
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        name = path.stem  # a bad file: the file rule says what is wrong
+    """The inline ``file`` rule reading the split file `value`, its name and path literal,
+    once the file reads as a split file (`curi.splits.saved.check_split_file`: a bad one is
+    refused here, before Hydra makes a run folder)."""
+    from curi.splits.saved import check_split_file
+
+    path = Path(value).expanduser().absolute()
+    name = str(check_split_file(path)["name"])
     return f"{{name: {_literal(name)}, rule: file, path: {_literal(str(path))}}}"
 
 
@@ -211,7 +211,7 @@ def _prepare(cfg, fn, opts: Options, output_dir_given: bool) -> None:
     job's output_dir becomes its own folder, and progress bars are drawn on a terminal only
     (never into a log)."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import MissingMandatoryValue, OmegaConf, open_dict
 
     from curi.compose_cli import resolved
 
@@ -232,7 +232,10 @@ def _prepare(cfg, fn, opts: Options, output_dir_given: bool) -> None:
         as_folder(plain["output_dir"], "output_dir")  # empty: the working folder, never meant
     check = getattr(fn, "check", None)
     if check is not None:
-        check(cfg)
+        try:
+            check(cfg)
+        except MissingMandatoryValue as e:  # a ``???`` the check did not ask for by name
+            raise ConfigError(f"{e.full_key}= is required; `--help` says what it takes") from None
 
 
 def _precheck(config_name: str, overrides: list[str], fn, opts: Options, given: bool) -> str | None:
@@ -347,6 +350,26 @@ def _task(name: str, fn, opts: Options, output_dir_given: bool, record: str | No
     return task
 
 
+def _check_flags(rest: list[str]) -> None:
+    """Refuse a flag Hydra's parser does not know (``curi gap --nosuch``), which it answers
+    with an 8-line usage. Its flags are read from that parser, not copied; an abbreviation is
+    refused too (``--multi`` would be Hydra's ``--multirun``).
+
+    Raises:
+        ConfigError: naming the flag and the closest one.
+    """
+    from hydra._internal.utils import get_args_parser
+
+    known = {s for action in get_args_parser()._actions for s in action.option_strings}
+    for text in rest:
+        flag = text.split("=", 1)[0] if text.startswith("--") else text
+        if text.startswith("-") and flag not in known:
+            raise ConfigError(
+                f"unknown flag {flag!r}{did_you_mean(flag, known)}; give options as key=value "
+                "(the flags Hydra takes: --help, -m, --cfg job, ...)"
+            )
+
+
 def _command(argv: list[str], commands: dict) -> tuple[str, list[str]]:
     """The command named by `argv` (``episodes render`` is ``episodes.render``) and its
     arguments; an unknown one ends the program in one line with the closest name."""
@@ -392,6 +415,7 @@ def main(argv: list[str] | None = None) -> None:
             choices = {k: v for k, _, v in (t.partition("=") for t in rest) if k in opts.groups}
             print(help_text(opts, name.replace(".", " "), choices))
             return
+        _check_flags(rest)
         check_override_keys(rest, opts)
         check_group_values(rest, opts)
         _check_jobs(name, rest)

@@ -117,6 +117,8 @@ def _check_split(cfg: DictConfig) -> None:
     check_bank_of(cfg)
     if cfg.get("save"):
         output_path(cfg.save, folder=False, key="save")
+        if not str(cfg.save).endswith(".json"):  # split=FILE reads only a FILE.json back
+            raise ConfigError(f"save={cfg.save} does not end in .json; give save=FILE.json")
 
 
 @validate.checked(_check_split)

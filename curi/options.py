@@ -291,7 +291,8 @@ def check_config(cfg: dict, opts: Options) -> dict:
 
 def check_override_keys(overrides: list[str], opts: Options) -> None:
     """Refuse an override of an unknown key before composition (Hydra would otherwise suggest
-    ``+key=value``, which adds the misspelt key and is silently ignored).
+    ``+key=value``, which adds the misspelt key and is silently ignored), and the deletion of
+    one (``~bank``) that no ``+key=`` puts back.
 
     Raises:
         ConfigError: naming the key and the valid ones.
@@ -307,19 +308,29 @@ def check_override_keys(overrides: list[str], opts: Options) -> None:
         if head in opts.groups:
             if rest and not text.startswith(("+", "~")):
                 _check_group_key(head, rest, opts.groups[head][0], _chosen(head, overrides, opts))
-            continue
-        if head in groups and head not in opts.defaults:
+        elif head in groups and head not in opts.defaults:
             raise ConfigError(
                 f"unknown option {head!r}: this command has no {head} group; valid: "
                 + ", ".join(sorted([*opts.defaults, *opts.groups]))
             )
-        node, prefix = opts.defaults, ""
-        for part in [head, *rest]:
-            if not isinstance(node, dict) or (not node and prefix):
-                break  # below a free-form mapping or a value
-            if part not in node:
-                raise _unknown(prefix + part, _valid_keys(opts, prefix, node))
-            node, prefix = node[part], f"{prefix}{part}."
+        else:
+            _check_plain_key([head, *rest], opts)
+        if text.startswith("~") and not any(o.startswith(f"+{key}=") for o in overrides):
+            raise ConfigError(  # the command would read the deleted key: a traceback
+                f"{text} deletes an option this command reads; set it with {key}=VALUE instead"
+            )
+
+
+def _check_plain_key(parts: list[str], opts: Options) -> None:
+    """Refuse a dotted key that is not in the command's own config (a free-form mapping's
+    keys, and what lies below a value, are not checked)."""
+    node, prefix = opts.defaults, ""
+    for part in parts:
+        if not isinstance(node, dict) or (not node and prefix):
+            return  # below a free-form mapping or a value
+        if part not in node:
+            raise _unknown(prefix + part, _valid_keys(opts, prefix, node))
+        node, prefix = node[part], f"{prefix}{part}."
 
 
 def _chosen(package: str, overrides: list[str], opts: Options) -> str | None:

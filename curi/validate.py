@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from curi.errors import ConfigError, OptionError, SplitError, did_you_mean
-from curi.paths import regular_file
+from curi.errors import ConfigError, OptionError, did_you_mean
 from curi.presets import list_presets, load_preset
 
 __all__ = [
@@ -131,18 +129,27 @@ def seed(value, name: str = "seed") -> int:
 
 def splits(value) -> None:
     """Refuse a split (or a list of them) that names neither a preset of ``conf/split`` nor a
-    split file (``FILE.json``) that is there; an inline rule (a mapping) is left to
-    `curi.splits.make_split`, which checks its options against the rule.
+    split file (``FILE.json``) that is there and reads as one, and an inline rule (a mapping)
+    whose options its rule refuses (`curi.splits.SplitSpec`; a ``file`` rule's file read as
+    a split file): all that needs no bank, before a command's work.
 
     Raises:
         ConfigError: an unknown preset, naming the presets.
-        SplitError: a split file that is missing or not a regular file.
+        SplitError: a split file that is missing, not a regular file or not a split file;
+            a bad inline rule (`SplitOptionError`, also a `ConfigError`).
     """
+    from curi.splits.saved import check_split_file  # curi.splits imports this module
+    from curi.splits.spec import SplitSpec
+
     for item in value if isinstance(value, list | tuple) else [value]:
-        if not isinstance(item, str):
+        if isinstance(item, Mapping):
+            spec = SplitSpec.from_mapping(item)
+            if spec.rule == "file":
+                check_split_file(spec.options.path)
+        elif not isinstance(item, str):
             continue
-        if item.endswith(".json") and item not in list_presets("split"):
-            regular_file(Path(item).expanduser(), "split file", SplitError)
+        elif item.endswith(".json") and item not in list_presets("split"):
+            check_split_file(item)
         else:
             load_preset("split", item)
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from curi import validate
 from curi.bank import check_bank, open_bank
 from curi.core_cli import check_bank_of, job_launcher, open_bank_from_config, required
+from curi.errors import ConfigError
 from curi.jobs import sweep_lock
 from curi.models.checkpoint import checkpoint_file
 from curi.models.config import RunConfig, check_eval_options
@@ -259,6 +260,14 @@ def _check_difficulty(cfg: DictConfig) -> None:
 
     check_options(episodes=cfg.episodes_per_concept, max_concepts=cfg.max_concepts)
     validate.splits(OmegaConf.to_container(cfg.splits, resolve=True))
+    if not isinstance(cfg.threshold, str):  # easy: AP >= threshold, so in [0, 1]
+        validate.number(cfg.threshold, "threshold", low=0, high=1)
+    more = cfg.checkpoints
+    if more is not None and not isinstance(more, DictConfig):  # a list: .values() failed
+        shown = list(more) if OmegaConf.is_list(more) else more
+        raise ConfigError(
+            f"checkpoints={shown!r} is not a mapping; give {{split name: checkpoint, ...}}"
+        )
     for path in [cfg.checkpoint, *(cfg.checkpoints or {}).values()]:
         if path:
             checkpoint_file(path)

@@ -176,3 +176,107 @@ def test_a_file_name_too_long_is_one_line(tiny_bank_dir, tmp_path, capsys, monke
     assert err[0].startswith(f"curi split: error: save={save}: the name 'ssss")
     assert err[0].endswith("is 250 bytes long; use at most 239 (the file system allows 255)")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [("--nosuch", "'--nosuch'"), ("--multi", "'--multi' (did you mean '--multirun'?)")],
+)
+def test_a_flag_hydra_does_not_know_is_one_line(flag, says, tmp_path, capsys, monkeypatch):
+    """`curi gap --nosuch` ended in Hydra's 8-line usage (issue 44's sweep of bad inputs); an
+    abbreviation of a flag is refused too rather than read as the flag."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["gap", flag, "seed=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [
+        f"curi gap: error: unknown flag {says}; give options "
+        "as key=value (the flags Hydra takes: --help, -m, "
+        "--cfg job, ...)"
+    ], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_required_value_left_out_is_one_line(tmp_path, capsys, monkeypatch):
+    """`curi baselines collect` without output_dir= (``???`` in its config) ended in an
+    omegaconf traceback from the command's check (issue 44's sweep of bad inputs)."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for command in (["baselines", "collect"], ["curve", "collect"]):
+        with pytest.raises(SystemExit) as e:
+            main(command)
+        err = capsys.readouterr().err.strip().splitlines()
+        name = " ".join(command)
+        assert e.value.code == 2 and err == [
+            f"curi {name}: error: output_dir= is required; `--help` says what it takes"
+        ], err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "deleted"), [("gap", "~bank"), ("gap", "~seed"), ("gap", "~episodes.test")]
+)
+def test_deleting_an_option_the_command_reads_is_one_line(
+    command, deleted, tmp_path, capsys, monkeypatch
+):
+    """`curi gap ~bank` (or ~seed) ended in an omegaconf traceback from the command's check
+    (issue 44's sweep of bad inputs); a deletion that ``+key=`` puts back stays allowed."""
+    from curi.cli import main
+    from curi.options import check_override_keys, load_options
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main([command, deleted])
+    err = capsys.readouterr().err.strip().splitlines()
+    key = deleted[1:]
+    assert e.value.code == 2 and err == [
+        f"curi {command}: error: {deleted} deletes an option this command reads; set it with "
+        f"{key}=VALUE instead"
+    ], err
+    assert list(tmp_path.iterdir()) == []
+    check_override_keys(["~split", "+split={name: a, rule: all}"], load_options("split"))
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (
+            "checkpoints=[a,b]",
+            "checkpoints=['a', 'b'] is not a mapping; give {split name: checkpoint, ...}",
+        ),
+        ("checkpoints=5", "checkpoints=5 is not a mapping; give {split name: checkpoint, ...}"),
+        ("threshold=2", "threshold must be a number in [0, 1], got 2"),
+    ],
+)
+def test_difficulty_options_are_one_line_before_any_work(
+    option, says, tmp_path, capsys, monkeypatch
+):
+    """`curi difficulty checkpoints=[a,b]` ended in an omegaconf traceback (a list has no
+    .values()) in the command's check, and threshold=2 (every concept hard: AP is at most 1)
+    ran to the end (issue 44's sweep of bad inputs)."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["difficulty", option])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [f"curi difficulty: error: {says}"], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_split_save_not_a_json_file_is_one_line(tmp_path, capsys, monkeypatch):
+    """`curi split save=x.txt` wrote a file that ``split=x.txt`` does not read back (a split
+    file is a FILE.json): refused before any work (issue 44's sweep of bad inputs)."""
+    from curi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["split", "save=x.txt"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [
+        "curi split: error: save=x.txt does not end in .json; give save=FILE.json"
+    ], err
+    assert list(tmp_path.iterdir()) == []

@@ -414,3 +414,34 @@ def test_an_empty_subset_asked_for_is_kept(tmp_path):
     path.write_text(json.dumps({**doc, "test": [], "val": [], "dropped": [0, 2]}))
     with pytest.raises(SplitError, match="empty test set .* the split file holds no concept"):
         make_split(BANK, path)
+
+
+def test_a_bad_split_file_or_inline_rule_is_refused_without_the_bank(tiny_bank, tmp_path):
+    """What needs no bank is checked before a command's work (`check_split_file`,
+    `curi.validate.splits`): `curi gap split=<a garbage file>` and an inline rule of an
+    unknown name were refused only once the run folder was made, leaving it behind
+    (issue 44's sweep of bad inputs)."""
+    from curi import validate
+    from curi.splits.saved import check_split_file
+
+    good = save_split(make_split(tiny_bank, "concept_iid"), tiny_bank, tmp_path / "s.json")
+    assert check_split_file(good)["name"] == "concept_iid"
+    text = good.read_text()
+    bad = {
+        "garbage": ("{not json", "not readable JSON"),
+        "floats": (text.replace('"train": [', '"train": [1.5, ', 1), r"train\[0\] is float"),
+        "negative": (text.replace('"test": [', '"test": [-1, ', 1), r"test\[0\] = -1 is outside"),
+        "version": (text.replace('"version": 1', '"version": 7', 1), "format version 7"),
+        "long name": (text.replace('"concept_iid"', '"' + "n" * 300 + '"', 1), "300 bytes"),
+    }
+    for what, (content, says) in bad.items():
+        path = tmp_path / f"{what}.json"
+        path.write_text(content)
+        with pytest.raises(SplitError, match=says):
+            check_split_file(path)
+        for value in (str(path), {"name": "f", "rule": "file", "path": str(path)}):
+            with pytest.raises(SplitError, match=says):
+                validate.splits([value])
+    with pytest.raises(SplitError, match="unknown rule 'nosuch'"):
+        validate.splits([{"name": "x", "rule": "nosuch"}])
+    validate.splits([str(good), {"name": "f", "rule": "file", "path": str(good)}, "boolean"])

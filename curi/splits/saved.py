@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import reprlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from curi.splits.base import SUBSETS, Split, check_name, check_split
 from curi.splits.rules import register_split_rule
 from curi.splits.spec import SplitSpec
 
-__all__ = ["FileOptions", "bank_identity", "load_split", "save_split"]
+__all__ = ["FileOptions", "bank_identity", "check_split_file", "load_split", "save_split"]
 
 FORMAT = "curi-split"
 VERSION = 1
@@ -103,6 +104,25 @@ def load_split(bank, path: str | Path, *, name: str | None = None) -> Split:
     if not np.array_equal(parts["train"], parts["test"]):  # Instance IID has train = test
         check_split(split, bank, grouped=False)
     return split
+
+
+def check_split_file(path: str | Path) -> dict:
+    """The document of the split file at `path`, once everything a bank is not needed for
+    passes (a regular file of JSON, the format and version, the parts, each a list of distinct
+    non-negative integers, the name): cheap, so a command checks a split file before its work.
+
+    Raises:
+        SplitError: naming the file and what is wrong.
+    """
+    path = Path(path).expanduser()
+    doc = _read(path)
+    for part in PARTS:
+        _indices(doc[part], sys.maxsize, path, part)
+    try:
+        check_name(doc["name"])
+    except SplitError as e:
+        raise SplitError(f"split file {str(path)!r}: {e}") from None
+    return doc
 
 
 def _read(path: Path) -> dict:
