@@ -1,0 +1,76 @@
+"""The sweep of bad inputs (`benchmarks/probe_bad_inputs.py`, issue 44: "a sweep of bad inputs
+ends in one line every time"): a few of its probes, one or two per kind of bad input, each run
+as a fresh `curi` process and judged as the script judges it (exit 2, one line on stderr, no
+traceback, nothing left in the working folder); the list itself covers every command. The
+whole sweep takes minutes and stays a script; the probes come from its list, their one home."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "probe_bad_inputs.py"
+
+SAMPLE = [
+    "bank, name escapes",
+    "CURI_DATA_DIR a file",
+    "gap, seed a word",
+    "gap, split file nested deep",
+    "gap, the bank group deleted",
+    "train, resume a FIFO",
+    "eval, checkpoint a text file",
+    "show, scene past the end",
+    "episodes, out an unknown suffix",
+    "episodes render, in binary",
+    "lm export, tokenizer garbage",
+    "rules, a rule that does not parse",
+    "score, tasks binary",
+]
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("probe_bad_inputs", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    path = list(sys.path)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path  # the script puts benchmarks/ first, to import bench_refusals
+    return module
+
+
+@pytest.fixture(scope="module")
+def listed(script, tiny_bank_dir, tmp_path_factory):
+    """(the probes by description, the folder of their inputs)."""
+    tmp = tmp_path_factory.mktemp("probes")
+    script.inputs(tmp)
+    try:
+        yield {p.what: p for p in script.probes(tmp, tiny_bank_dir.parent)}, tmp
+    finally:
+        script.bench_refusals.lock(tmp / "locked", False)  # pytest can remove it then
+
+
+def test_the_list_has_every_command_and_at_least_121_probes(listed):
+    probes = listed[0].values()
+    assert len(probes) >= 121
+    lines = {" ".join(p.args) for p in probes}
+    for ep in entry_points(group="curi.commands"):
+        name = ep.name.replace(".", " ")
+        assert any(line.startswith(f"{name} ") for line in lines), name
+
+
+@pytest.mark.parametrize("what", SAMPLE)
+def test_a_bad_input_ends_in_one_line(script, listed, what, tmp_path):
+    probes, tmp = listed
+    env = {**os.environ, "CURI_DATA_DIR": str(tmp / "default_data")}
+    (tmp_path / "cwd").mkdir()
+    # a hang guard far above the few seconds a refusal takes on a loaded machine
+    r = script.run_probe(probes[what], tmp_path / "cwd", timeout=600, env=env)
+    assert script.judge(probes[what], r) == "", r.stderr[-3000:]
