@@ -280,10 +280,12 @@ def save_checkpoint(ckpt: dict, path: str | Path) -> Path:
 
 def load_checkpoint(path: str | Path) -> dict:
     """A propose_verify checkpoint (ConfigError when it is missing or another learner's)."""
+    from curi.models.checkpoint import _safe_load
+
     p = Path(path)
     try:
-        ckpt = torch.load(p, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError) as e:
+        ckpt = _safe_load(p)  # tensors and plain values only: unpickling runs no code
+    except OSError as e:
         raise ConfigError(f"cannot read the checkpoint {p}: {e}") from None
     if not isinstance(ckpt, dict) or ckpt.get("learner") != LEARNER:
         raise ConfigError(f"{p} is not a {LEARNER} checkpoint")
@@ -348,9 +350,11 @@ def train_run(
 
 def is_checkpoint(path: str | Path) -> bool:
     """Whether `path` holds a propose_verify checkpoint (not a protonet's)."""
+    from curi.models.checkpoint import _safe_load
+
     try:
-        ckpt = torch.load(Path(path), map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError):
+        ckpt = _safe_load(Path(path))
+    except (OSError, ConfigError):
         return False
     return isinstance(ckpt, dict) and ckpt.get("learner") == LEARNER
 
