@@ -354,3 +354,22 @@ def test_evaluate_run_reports_fallbacks_and_refuses_other_negatives(tiny_bank, t
     assert (m["map_answered"] is None) == (m["fallback_rate"] == 1.0)
     with pytest.raises(ConfigError, match="negatives=hard, not easy"):
         evaluate_run(path, tiny_bank, negatives="easy", episodes=4, oracles=False)
+
+
+class _Payload:
+    """Stands for code a crafted checkpoint would run while unpickling."""
+
+    def __reduce__(self):
+        return (Path.touch, (Path("/tmp/curi-propose-verify-payload-ran"),))
+
+
+def test_a_checkpoint_needing_other_objects_is_refused_never_unpickled(tmp_path):
+    from curi.models.propose_verify_train import is_checkpoint, load_checkpoint
+
+    ran = Path("/tmp/curi-propose-verify-payload-ran")
+    ran.unlink(missing_ok=True)
+    path = tmp_path / "best.pt"
+    torch.save({"learner": "propose_verify", "x": _Payload()}, path)
+    with pytest.raises(ConfigError, match="could run code"):
+        load_checkpoint(path)
+    assert not is_checkpoint(path) and not ran.exists()
