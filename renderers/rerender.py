@@ -1,7 +1,9 @@
 """Re-rendering exported episodes (`curi episodes ... out=FILE`) in one modality: a compressed
 ``.npz`` per episode with the support and query arrays, labels and ids, optional PNG or WAV
-files per scene with a ``metadata.jsonl`` of their labels (so Hugging Face ``imagefolder`` /
-``audiofolder`` read them with labels and episodes), and an ``index.json`` that lists them."""
+files per scene with a ``metadata.jsonl`` of their labels (so Hugging Face ``imagefolder``
+reads the pictures with labels and episodes; the WAVs are read from the same table with the
+``json`` loader and decoded with soundfile, as the README shows: ``audiofolder`` needs
+torchcodec and FFmpeg), and an ``index.json`` that lists them."""
 
 from __future__ import annotations
 
@@ -121,9 +123,9 @@ def media(modality: str | Renderer, **options) -> MediaFiles:
 
 METADATA = "metadata.jsonl"
 """The per-file table of re-rendered files, in the name and format that Hugging Face's
-``imagefolder`` and ``audiofolder`` read beside the files: one JSON object per file with
-``file_name`` (relative to the folder), ``episode``, ``set`` (support / query), ``label``
-(1 positive, 0 negative), ``scene_id`` and ``concept_text``."""
+``imagefolder`` (and, with torchcodec, ``audiofolder``) read beside the files: one JSON
+object per file with ``file_name`` (relative to the folder), ``episode``, ``set`` (support /
+query), ``label`` (1 positive, 0 negative), ``scene_id`` and ``concept_text``."""
 
 
 def _metadata_rows(ep: dict, episode: int, folder: str, names: list[str], suffix: str) -> str:
