@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -120,6 +121,21 @@ def not_one_of(name: str, value, options: Iterable, more: str = "") -> str:
     names = [str(o) for o in options]
     hint = did_you_mean(value, names) if isinstance(value, str) else ""
     return f"{name} must be one of {', '.join(names)}{more}, got {value!r}{hint}"
+
+
+_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+
+
+def device(value, name: str = "device") -> str:
+    """A device name of the form torch will be asked for (``auto``, ``cpu``, ``cuda``,
+    ``cuda:N``), checked without torch; whether CUDA is there is torch's to say, later.
+
+    Raises:
+        ConfigError: another name, naming the valid forms.
+    """
+    if not isinstance(value, str) or not _DEVICE.fullmatch(value):
+        raise ConfigError(f"{name} must be auto, cpu, cuda or cuda:N, got {value!r}")
+    return value
 
 
 def seed(value, name: str = "seed") -> int:

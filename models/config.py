@@ -290,6 +290,7 @@ class RunConfig:
         self.train.check()
 
         validate.choice(self.negative_sampler, "negative_sampler", NEGATIVE_SAMPLERS)
+        validate.device(self.device)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready form (what checkpoints store); ``negative_sampler`` only when it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -74,3 +75,25 @@ def test_a_bad_input_ends_in_one_line(script, listed, what, tmp_path):
     # a hang guard far above the few seconds a refusal takes on a loaded machine
     r = script.run_probe(probes[what], tmp_path / "cwd", timeout=600, env=env)
     assert script.judge(probes[what], r) == "", r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:x"])
+def test_a_device_of_no_known_form_is_refused_before_a_run_folder(tiny_bank_dir, tmp_path, device):
+    from curi import validate
+    from curi.errors import ConfigError
+
+    for ok in ("auto", "cpu", "cuda", "cuda:3"):
+        assert validate.device(ok) == ok
+    with pytest.raises(ConfigError, match="device must be auto, cpu, cuda or cuda:N"):
+        validate.device("CUDA")
+    r = subprocess.run(
+        [sys.executable, "-c", "from curi.cli import main; main()", "train", "bank=tiny",
+         f"data_dir={tiny_bank_dir.parent}", f"device={device}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,  # a hang guard: ~1 s when quiet
+    )  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "device must be" in lines[0], r.stderr
+    assert not list(tmp_path.iterdir())  # no run folder (outputs/...)
