@@ -29,6 +29,7 @@ bank (fixed shapes), but BatchNorm's per-batch terms make them vary a little wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 
 import torch
@@ -90,24 +91,37 @@ def episode_batch(bank, batch: int) -> dict:
     return {k: v for k, v in b.items() if k not in ("concept", "index")}
 
 
-def count(bank, pooler: str, batch: dict) -> dict:
-    """FLOPs (forward + backward), activation elements and parameters of one step."""
+def schema_model(bank, pooler: str):
+    """The paper's schema model with `pooler` (`conf/pooling`'s sizes), in training mode."""
     from curi.models.config import RunConfig, build_model
     from curi.models.data import make_renderer
-    from curi.models.poolers import RelationNetPooler
 
     run = RunConfig(bank=bank.config, pooling={"name": pooler})
-    model = build_model(run, make_renderer({"name": "schema"})).train()
+    return build_model(run, make_renderer({"name": "schema"})).train()
+
+
+@contextlib.contextmanager
+def masked_pairs():
+    """The relation net on its masked, fixed-shape path (the GPU's) on the CPU too."""
+    from curi.models.poolers import RelationNetPooler
+
     RelationNetPooler.indexed_on_cpu = False
     try:
+        yield
+    finally:
+        RelationNetPooler.indexed_on_cpu = True
+
+
+def count(bank, pooler: str, batch: dict) -> dict:
+    """FLOPs (forward + backward), activation elements and parameters of one step."""
+    model = schema_model(bank, pooler)
+    with masked_pairs():
         acts = ActivationBytes()
         with acts:
             model(batch)
         flops = FlopCounterMode(display=False)
         with flops:
             model(batch).loss.backward()
-    finally:
-        RelationNetPooler.indexed_on_cpu = True
     params = sum(p.numel() for p in model.parameters())
     return {
         "flops": flops.get_total_flops(),

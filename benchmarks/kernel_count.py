@@ -20,7 +20,7 @@ from collections import Counter
 
 import torch
 from _report import machine, write_section
-from flops_roofline import episode_batch
+from flops_roofline import episode_batch, masked_pairs, schema_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -43,14 +43,6 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _model(bank):
-    from curi.models.config import RunConfig, build_model
-    from curi.models.data import make_renderer
-
-    run = RunConfig(bank=bank.config, pooling={"name": "relation_net"})
-    return build_model(run, make_renderer({"name": "schema"})).train()
-
-
 def _step(net, model, opt, batch, counter: OpCounter | None = None) -> None:
     """One step; with `counter`, its operations counted by phase (``model``: forward and
     backward; ``update``: clipping and Adam)."""
@@ -64,17 +56,12 @@ def _step(net, model, opt, batch, counter: OpCounter | None = None) -> None:
 
 def eager_ops(bank, batch) -> dict:
     """Aten operations of one eager step (after a first step: Adam's state exists)."""
-    from curi.models.poolers import RelationNetPooler
-
-    model = _model(bank)
+    model = schema_model(bank, "relation_net")
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)  # CUDA's default
-    RelationNetPooler.indexed_on_cpu = False
-    try:
+    with masked_pairs():
         _step(model, model, opt, batch)
         counter = OpCounter()
         _step(model, model, opt, batch, counter)
-    finally:
-        RelationNetPooler.indexed_on_cpu = True
     return dict(counter.ops)
 
 
@@ -83,7 +70,7 @@ def compiled_kernels(bank, batch) -> dict:
     aten operations of the step outside it, at the second step."""
     from torch._inductor import metrics
 
-    model = _model(bank)
+    model = schema_model(bank, "relation_net")
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
     net = torch.compile(model)
     metrics.reset()
