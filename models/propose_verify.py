@@ -103,7 +103,8 @@ class ProposeVerify:
     """The learner: ``predict(support, support_labels, targets) -> (T,) scores``.
 
     Args:
-        proposer: the trained (or untrained) `ProgramProposer`.
+        proposer: the trained (or untrained) `ProgramProposer`, or a support-free source of
+            sketches (`models.program_enumerate.GrammarProposer`, the grammar-only reference).
         universe: the bank's scenes as bit planes (`load_universe`): |h| and N of the
             likelihood, and the bank's filter (more than 10 scenes, fewer than 10 %).
         negatives: ``hard`` or ``easy``: which size-principle form weighs the survivors.
@@ -121,7 +122,7 @@ class ProposeVerify:
         settings: Settings | None = None,
         fallback=None,
     ) -> None:
-        self.proposer = proposer.eval()
+        self.proposer = proposer.eval() if isinstance(proposer, torch.nn.Module) else proposer
         self.universe = universe
         self.negatives = validate.choice(negatives, "negatives", ("hard", "easy"))
         self.settings = settings or Settings()
@@ -217,6 +218,8 @@ class ProposeVerify:
         """Distinct decoded sequences, the greedy one first, then samples by decreasing
         probability, round after round until `budget` of them or a round brings none new."""
         s = self.settings
+        if not isinstance(self.proposer, ProgramProposer):
+            return self.proposer.sketches(budget)  # support-free: the same for every episode
         feats, mask = scene_features(n_obj, props)
         lab = torch.as_tensor(labels.astype(np.int64))
         gen = torch.Generator().manual_seed(int(seed))

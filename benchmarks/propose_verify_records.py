@@ -1,0 +1,185 @@
+"""Measure the propose-and-verify learner and its references on the same episodes and K, and
+append one record per (learner, bank, split, negatives, K) to docs/results/propose_verify.json
+(docs/learners.md, "What is measured").
+
+Learners: ``propose_verify`` (a trained checkpoint, `--checkpoint`), ``no_holes`` (a checkpoint
+trained with ``holes=False``), ``grammar_only`` (the grammar's most probable sketches, no
+training, no support: `models.program_enumerate`). Every number is on episodes 0..N-1 of the
+seed-0 test stream (the episodes ``curi gap episodes.test=N`` scores), with the strong and weak
+oracles computed in the same run on the same episodes. Latency is one torch and one numba thread.
+
+    python benchmarks/propose_verify_records.py --learner grammar_only --split concept_iid \\
+        --k 64 1024 --episodes 500
+    python benchmarks/propose_verify_records.py --learner propose_verify \\
+        --checkpoint /tmp/pv/best.pt --k 1024 --episodes 2000
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "propose_verify.json"
+LEARNERS = ("propose_verify", "no_holes", "grammar_only")
+KEYS = ("learner", "bank", "split", "negatives", "k", "episodes")
+
+
+def build_learner(name: str, bank, checkpoint: str | None, negatives: str, k: int):
+    """The learner asked for, at `k` programs per episode."""
+    from curi.models.program_enumerate import GrammarProposer
+    from curi.models.propose_verify import ProposeVerify, Settings, load_universe
+    from curi.models.propose_verify_train import learner_from_checkpoint, load_checkpoint
+
+    if name == "grammar_only":
+        universe = load_universe(bank.path, bank.config.get("location_bins", "spec"))
+        settings = Settings(k=k, repair=True)
+        return ProposeVerify(GrammarProposer(), universe, negatives=negatives, settings=settings)
+    if checkpoint is None:
+        raise SystemExit(f"--learner {name} needs --checkpoint")
+    ckpt = load_checkpoint(checkpoint)
+    if ckpt["negatives"] != negatives:
+        raise SystemExit(f"{checkpoint} was trained with negatives={ckpt['negatives']}")
+    if (name == "no_holes") == ckpt["proposer"]["holes"]:
+        raise SystemExit(f"{checkpoint}: holes={ckpt['proposer']['holes']} is not {name}")
+    return learner_from_checkpoint(ckpt, bank.path, k=k)
+
+
+def measure(learner, name: str, bank, split: str, negatives: str, k: int, episodes: int) -> dict:
+    """One record: the learner's mAP and CBA and the oracles' on episodes 0..N-1 of the
+    seed-0 test stream, its recall at K, fallback rate and time per episode."""
+    from curi.episodes import EpisodeSampler, EpisodeSpec
+    from curi.oracles.model_score import model_predictions, score_arrays
+
+    spec = EpisodeSpec(split, "test", negatives, seed=0, size=episodes)
+    sampler = EpisodeSampler.from_spec(bank, spec)
+    sc = bank.scenes
+    truth = np.asarray(bank.truth_words)
+    state = {"i": 0, "seconds": [], "hit": [], "fallback": [], "model": []}
+
+    def arrays(ids):
+        return {"n_objects": sc.n_objects[ids], "props": sc.props[ids]}
+
+    def predict(support, labels, targets):
+        t0 = time.perf_counter()
+        out = learner.predict(support, labels, targets)
+        dt = time.perf_counter() - t0
+        if state["i"] % 2 == 0:  # the query set: a new episode (its search runs here)
+            e = sampler[state["i"] // 2]
+            hyps = learner._cache[1] if learner._cache else None
+            state["hit"].append(
+                hyps is not None and bool((hyps.words == truth[e.concept][None, :]).all(1).any())
+            )
+            state["fallback"].append(learner.stats.fallback != "")
+            state["model"].append(learner.stats.fallback == "model")
+            state["seconds"].append(dt)
+        else:
+            state["seconds"][-1] += dt
+        state["i"] += 1
+        return out
+
+    t0 = time.perf_counter()
+    pred = model_predictions(
+        predict, bank, split, negatives=negatives, episodes=episodes, render_ids=arrays
+    )
+    wall = time.perf_counter() - t0
+    got = score_arrays(
+        bank,
+        split,
+        negatives=negatives,
+        query_scores=pred["query_scores"],
+        eval_scores=pred["eval_scores"],
+    )["split"][0]
+    hit = np.array(state["hit"])
+    return {
+        "learner": name,
+        "bank": bank.config["name"],
+        "split": split,
+        "negatives": negatives,
+        "k": k,
+        "episodes": episodes,
+        "map": got["map"],
+        "cba": got["cba"],
+        "map_strong": got["map_strong"],
+        "map_weak": got["map_weak"],
+        "share_of_strong": got["map"] / got["map_strong"],
+        "recall_at_k": float(hit.mean()),
+        "fallback_rate": float(np.mean(state["fallback"])),
+        "model_fallback_rate": float(np.mean(state["model"])),
+        "ms_per_episode": 1000 * float(np.median(state["seconds"])),
+        "ms_per_episode_mean": 1000 * float(np.mean(state["seconds"])),
+        "wall_s": wall,
+        "commit": _commit(),
+    }
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def append(record: dict, path: Path) -> None:
+    """Add `record` to the JSON list at `path` (atomically), replacing one of the same key."""
+    from curi.atomic import write_text
+
+    rows = json.loads(path.read_text()) if path.exists() else []
+    if not isinstance(rows, list):
+        raise SystemExit(f"{path} is not a JSON list")
+    key = tuple(record[k] for k in KEYS)
+    rows = [r for r in rows if tuple(r.get(k) for k in KEYS) != key] + [record]
+    write_text(path, json.dumps(rows, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--learner", choices=LEARNERS, required=True)
+    ap.add_argument("--checkpoint", help="a propose_verify checkpoint (curi train learner=...)")
+    ap.add_argument("--bank", default="default", help="a preset name or a bank folder")
+    ap.add_argument("--split", nargs="+", default=["concept_iid"])
+    ap.add_argument("--negatives", default="hard", choices=("hard", "easy"))
+    ap.add_argument("--k", type=int, nargs="+", default=[1024])
+    ap.add_argument("--episodes", type=int, default=2000)
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.episodes < 1 or min(args.k) < 1:
+        ap.error("--episodes and --k must be at least 1")
+
+    import torch
+
+    from curi.bank import load_bank
+    from curi.bank_config import default_data_dir
+
+    torch.set_num_threads(1)
+    path = Path(args.bank)
+    bank = load_bank(path if path.is_dir() else default_data_dir() / args.bank)
+    for split in args.split:
+        for k in args.k:
+            learner = build_learner(args.learner, bank, args.checkpoint, args.negatives, k)
+            rec = measure(learner, args.learner, bank, split, args.negatives, k, args.episodes)
+            if args.checkpoint:
+                rec["checkpoint_split"] = str(split)
+            append(rec, args.results)
+            print(json.dumps(rec), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
