@@ -94,6 +94,7 @@ def eval_learner(cfg: DictConfig, checkpoint: Path, out: Path) -> bool:
     """Evaluate `checkpoint` when it is a propose_verify checkpoint (False: it is not; the
     protonet's evaluation goes on)."""
     from curi.atomic import atomic_path
+    from curi.episodes import EpisodeSpec
     from curi.models.propose_verify_train import evaluate_run, is_checkpoint, load_checkpoint
 
     if not is_checkpoint(checkpoint):
@@ -109,17 +110,15 @@ def eval_learner(cfg: DictConfig, checkpoint: Path, out: Path) -> bool:
     split = cfg.split
     if split is not None and not isinstance(split, str):
         split = OmegaConf.to_container(split, resolve=True)
-    metrics = evaluate_run(
-        checkpoint,
-        bank,
-        split=split,
-        negatives=cfg.negatives,
-        subset=cfg.subset,
-        episodes=cfg.episodes,
+    spec = EpisodeSpec(  # the checkpoint's split and negatives unless given
+        ckpt["split"] if split is None else split,
+        cfg.subset,
+        cfg.negatives or ckpt["negatives"],
         seed=cfg.seed,
-        oracles=cfg.oracles,
-        progress=cfg.progress,
+        size=cfg.episodes,
+        negative_sampler=cfg.get("negative_sampler") or "paper",
     )
+    metrics = evaluate_run(checkpoint, bank, spec, oracles=cfg.oracles, progress=cfg.progress)
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     log.info("wrote %s", out)

@@ -18,7 +18,7 @@ import torch
 from curi import validate
 from curi.atomic import atomic_path
 from curi.concepts import parse
-from curi.episodes import EpisodeSampler
+from curi.episodes import EpisodeSampler, EpisodeSpec
 from curi.errors import ConfigError
 from curi.models.program_decoder import ProgramProposer, scene_features
 from curi.models.program_grammar import PAD, TOKENS, to_holes, to_sequence
@@ -164,13 +164,14 @@ def train_proposer(
     return model.eval(), history
 
 
-def hit_mass(learner: ProposeVerify, bank, sampler: EpisodeSampler, episodes: int) -> dict:
+def hit_mass(learner: ProposeVerify, bank, sampler: EpisodeSampler) -> dict:
     """Mean posterior mass on the true concept's extension (synonyms count as right), the
-    share of episodes whose extension survives, and the fallback rate, on held-out episodes."""
+    share of episodes whose extension survives, and the fallback rate, on `sampler`'s
+    episodes (held-out training concepts)."""
     mass, hits, falls = [], [], []
-    for i in range(episodes):
+    sc = bank.scenes
+    for i in range(len(sampler)):
         e = sampler[i]
-        sc = bank.scenes
         support = {"n_objects": sc.n_objects[e.support_ids], "props": sc.props[e.support_ids]}
         hyps = learner.hypotheses(support, e.support_labels.astype(bool))
         truth = np.asarray(bank.truth_words[e.concept])
@@ -188,18 +189,17 @@ def hit_mass(learner: ProposeVerify, bank, sampler: EpisodeSampler, episodes: in
     }
 
 
-def select_settings(
-    learner: ProposeVerify, bank, hold: Split, negatives: str, *, episodes: int, seed: int
-) -> tuple[Settings, list[dict]]:
-    """The search settings with the highest held-out hit mass among a small grid of
-    temperatures and repair on/off (K stays the one asked for)."""
-    sampler = EpisodeSampler(bank, hold, "test", negatives, seed=seed + 1, size=episodes)
+def select_settings(learner: ProposeVerify, bank, spec: EpisodeSpec) -> tuple[Settings, list[dict]]:
+    """The search settings with the highest hit mass on `spec`'s episodes (of held-out
+    training concepts) among a small grid of temperatures and repair on/off (K stays the one
+    asked for)."""
+    sampler = EpisodeSampler.from_spec(bank, spec)
     base, table = learner.settings, []
     for temp in (0.7, 1.0, 1.5):
         for rep in (False, True):
             learner.settings = replace(base, temperature=temp, repair=rep)
             learner._cache = None
-            row = {"temperature": temp, "repair": rep, **hit_mass(learner, bank, sampler, episodes)}
+            row = {"temperature": temp, "repair": rep, **hit_mass(learner, bank, sampler)}
             table.append(row)
     best = max(table, key=lambda r: (r["hit_mass"], r["recall"]))
     learner.settings = replace(base, temperature=best["temperature"], repair=best["repair"])
@@ -250,9 +250,8 @@ def train_propose_verify(
     )
     table: list[dict] = []
     if select and len(hold.test):
-        _, table = select_settings(
-            learner, bank, hold, negatives, episodes=select_episodes, seed=seed
-        )
+        spec = EpisodeSpec(hold, "test", negatives, seed=seed + 1, size=select_episodes)
+        _, table = select_settings(learner, bank, spec)
     return {
         "learner": LEARNER,
         "modality": "schema",
@@ -362,35 +361,34 @@ def is_checkpoint(path: str | Path) -> bool:
 def evaluate_run(
     path: str | Path,
     bank,
+    spec: EpisodeSpec | None = None,
     *,
-    split=None,
-    negatives: str | None = None,
-    subset: str = "test",
-    episodes: int = 1000,
-    seed: int = 0,
     oracles: bool = True,
     progress: bool = False,
 ) -> dict:
     """`curi eval` of a propose_verify checkpoint: the learner answers
-    `oracles.model_score`'s ``predict`` on the episodes, with the oracles of the same
-    episodes; also its fallback rate (episodes without an exact survivor: answered by
-    near-misses, a fallback model or 0s) and ``map_answered``, the mAP of the others.
+    `oracles.model_score`'s ``predict`` on `spec`'s episodes (None: 1,000 test episodes of
+    seed 0 of the checkpoint's split and negatives), with the oracles of the same episodes;
+    also its fallback rate (episodes without an exact survivor: answered by near-misses, a
+    fallback model or 0s) and ``map_answered``, the mAP of the others.
 
     Raises:
-        ConfigError: the checkpoint is another bank's or another negatives' than asked for.
+        ConfigError: the checkpoint is another bank's, or `spec` asks for other negatives
+            than the checkpoint was trained with.
     """
     from curi.models.checkpoint import check_checkpoint_bank
     from curi.oracles.model_score import model_predictions, score_arrays
 
     ckpt = load_checkpoint(path)
     check_checkpoint_bank(ckpt["bank"], bank, path)
-    if negatives is not None and negatives != ckpt["negatives"]:
+    if spec is None:
+        spec = EpisodeSpec(ckpt["split"], "test", ckpt["negatives"], size=1000)
+    if spec.negatives != ckpt["negatives"]:
         raise ConfigError(
             f"the checkpoint {path} was trained with negatives={ckpt['negatives']}, not "
-            f"{negatives}; drop negatives= or give a checkpoint trained so"
+            f"{spec.negatives}; drop negatives= or give a checkpoint trained so"
         )
     learner = learner_from_checkpoint(ckpt, bank.path)
-    sp = split if split is not None else ckpt["split"]
     falls: list[bool] = []
 
     def predict(support, labels, targets):
@@ -398,10 +396,15 @@ def evaluate_run(
         falls.append(learner.stats.fallback != "")  # no exact survivor
         return out
 
-    kw = {"subset": subset, "negatives": ckpt["negatives"], "seed": seed}
-    pred = model_predictions(predict, bank, sp, episodes=episodes, progress=progress, **kw)
+    kw = {
+        "subset": spec.subset,
+        "negatives": spec.negatives,
+        "seed": spec.seed,
+        "negative_sampler": spec.negative_sampler,
+    }
+    pred = model_predictions(predict, bank, spec.split, episodes=spec.size, progress=progress, **kw)
     scores = {"query_scores": pred["query_scores"], "eval_scores": pred["eval_scores"]}
-    got = score_arrays(bank, sp, **scores, oracles=oracles, **kw)
+    got = score_arrays(bank, spec.split, **scores, oracles=oracles, **kw)
     fell = np.array(falls[::2])  # one answer per episode (query, then evaluation set)
     return {
         "learner": LEARNER,
@@ -409,20 +412,19 @@ def evaluate_run(
         **got["split"][0],
         "settings": learner.checkpoint_settings(),
         "fallback_rate": float(fell.mean()),
-        "map_answered": _map_of(bank, sp, kw, pred["eval_scores"], ~fell),
+        "map_answered": _map_of(bank, spec, pred["eval_scores"], ~fell),
     }
 
 
-def _map_of(bank, split, kw: dict, eval_scores: np.ndarray, keep: np.ndarray) -> float | None:
-    """mAP of the episodes in `keep` (those the learner answered itself; None when none)."""
+def _map_of(bank, spec: EpisodeSpec, eval_scores: np.ndarray, keep: np.ndarray) -> float | None:
+    """mAP of `spec`'s episodes in `keep` (those the learner answered itself; None when none)."""
     from curi.bits import unpack_rows
     from curi.oracles.eval_set import EvalSet
     from curi.oracles.metrics import average_precision_batch
 
     if not keep.any():
         return None
-    size = len(keep)
-    sampler = EpisodeSampler(bank, split, kw["subset"], kw["negatives"], seed=kw["seed"], size=size)
+    sampler = EpisodeSampler.from_spec(bank, spec.replace(size=len(keep)))
     concepts = np.array([sampler[int(i)].concept for i in np.flatnonzero(keep)])
     ev = EvalSet.from_bank(bank)
     ap = average_precision_batch(eval_scores[keep], unpack_rows(ev.rows[concepts], len(ev)))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from reference import reference_eval
 
-from curi import EpisodeSampler, make_split, parse
+from curi import EpisodeSampler, EpisodeSpec, make_split, parse
 from curi.bits import unpack_rows
 from curi.errors import BankError, ConfigError
 from curi.executor import execute
@@ -348,12 +348,13 @@ def test_evaluate_run_reports_fallbacks_and_refuses_other_negatives(tiny_bank, t
     ckpt = train_propose_verify(tiny_bank, "concept_iid", steps=0, select=False)
     ckpt["settings"]["k"] = 8
     path = save_checkpoint(ckpt, tmp_path / "pv.pt")
-    m = evaluate_run(path, tiny_bank, episodes=4, oracles=False)
+    spec = EpisodeSpec("concept_iid", "test", "hard", size=4)
+    m = evaluate_run(path, tiny_bank, spec, oracles=False)
     assert m["learner"] == "propose_verify" and m["episodes"] == 4 and m["settings"]["k"] == 8
     assert 0.0 <= m["fallback_rate"] <= 1.0
     assert (m["map_answered"] is None) == (m["fallback_rate"] == 1.0)
     with pytest.raises(ConfigError, match="negatives=hard, not easy"):
-        evaluate_run(path, tiny_bank, negatives="easy", episodes=4, oracles=False)
+        evaluate_run(path, tiny_bank, spec.replace(negatives="easy"), oracles=False)
 
 
 class _Payload:
