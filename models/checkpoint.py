@@ -4,7 +4,9 @@ TensorBoard."""
 
 from __future__ import annotations
 
+import _codecs
 import hashlib
+import io
 import json
 import logging
 import math
@@ -14,6 +16,8 @@ import re
 import shutil
 import stat
 import warnings
+import zipfile
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +29,7 @@ from curi.paths import open_regular, regular_file
 __all__ = [
     "CHECKPOINT_FORMAT",
     "MetricLogger",
+    "check_checkpoint",
     "check_checkpoint_bank",
     "check_fields",
     "link_checkpoint",
@@ -61,11 +66,38 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path]:
     """
     p = checkpoint_file(path)
     payload = _safe_load(p)
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise ConfigError(f"{p} is not a curi checkpoint (format {CHECKPOINT_FORMAT})")
+    _check_format(payload, p)
     _check_weights(payload, p)
     check_fields(payload, p)
     return payload, p
+
+
+def check_checkpoint(
+    path: str | Path, *, last: bool = False, learners: tuple[str, ...] = ("protonet",)
+) -> Path:
+    """The checkpoint file `path` names (`checkpoint_file`), once everything `load_checkpoint`
+    refuses that needs no torch passes: the file is one torch can read (a zip archive with its
+    ``data.pkl`` and ``version`` records, or a pickle of torch's legacy format), whose pickle
+    needs no object a checkpoint never holds, a dict of this format with a mapping of tensors
+    as its weights and fields in range (`check_fields`). The pickle is read with every tensor
+    a placeholder (no tensor data, no torch): cheap, so a command checks its checkpoint here
+    before it makes a run folder. The weights' digest and values need torch and are checked
+    when the checkpoint is loaded. A checkpoint of another learner of `learners` (its
+    ``learner`` field, docs/learners.md) passes once it reads: its own loader checks the rest.
+
+    Raises:
+        ConfigError: as `checkpoint_file` and `load_checkpoint`, in the same words.
+    """
+    p = checkpoint_file(path, last=last)
+    payload = _peek(p)
+    other = payload.get("learner") if isinstance(payload, dict) else None
+    if isinstance(other, str) and other != "protonet" and other in learners:
+        return p
+    _check_format(payload, p)
+    if not _holds_weights(payload.get("model"), _Tensor):
+        raise _no_weights(p)
+    check_fields(payload, p)
+    return p
 
 
 def checkpoint_file(path: str | Path, *, last: bool = False) -> Path:
@@ -110,10 +142,8 @@ def _check_weights(payload: dict, p: Path) -> None:
     import torch
 
     model = payload.get("model")
-    if not isinstance(model, Mapping) or not all(
-        isinstance(t, torch.Tensor) for t in model.values()
-    ):
-        raise ConfigError(f"checkpoint {p} holds no model weights; use one written by `curi train`")
+    if not _holds_weights(model, torch.Tensor):
+        raise _no_weights(p)
     saved = payload.get("model_sha256")
     if saved is None:
         log.warning("%s has no digest of its weights (an older curi wrote it): not checked", p)
@@ -129,6 +159,20 @@ def _check_weights(payload: dict, p: Path) -> None:
             f"{bad[0]}): the run diverged before this step; resume from an earlier checkpoint "
             "(resume=<run>/checkpoints/step_N.pt), or train again with a lower train.lr"
         )
+
+
+def _check_format(payload: object, p: Path) -> None:
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"{p} is not a curi checkpoint (format {CHECKPOINT_FORMAT})")
+
+
+def _holds_weights(model: object, tensor: type) -> bool:
+    """Whether `model` is a mapping of weights, each a `tensor`."""
+    return isinstance(model, Mapping) and all(isinstance(t, tensor) for t in model.values())
+
+
+def _no_weights(p: Path) -> ConfigError:
+    return ConfigError(f"checkpoint {p} holds no model weights; use one written by `curi train`")
 
 
 def check_fields(payload: Mapping, path: Path) -> None:
@@ -298,16 +342,118 @@ def _safe_load(p: Path) -> object:
         except pickle.UnpicklingError as e:
             found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
             if found:
-                raise ConfigError(
-                    f"refusing checkpoint {p}: it needs {found.group(1)}, but a curi checkpoint "
-                    "holds only tensors and plain values and loading anything else could run "
-                    "code; use one written by `curi train`"
-                ) from None
+                raise _needs(p, found.group(1)) from None
             why = "not a torch checkpoint of tensors and plain values"
         except Exception as e:  # noqa: BLE001 - any other failure means an unusable file
             first = (str(e).splitlines() or [""])[0][:200]
             why = type(e).__name__ if "weights_only" in first else f"{type(e).__name__}: {first}"
-    raise ConfigError(f"cannot read checkpoint {p} ({why}); use one written by `curi train`")
+    raise _unreadable(p, why)
+
+
+def _needs(p: Path, name: str) -> ConfigError:
+    return ConfigError(
+        f"refusing checkpoint {p}: it needs {name}, but a curi checkpoint holds only tensors "
+        "and plain values and loading anything else could run code; use one written by "
+        "`curi train`"
+    )
+
+
+def _unreadable(p: Path, why: str) -> ConfigError:
+    return ConfigError(f"cannot read checkpoint {p} ({why}); use one written by `curi train`")
+
+
+# What `_peek` reads a checkpoint's pickle with: the objects besides torch's own that torch's
+# weights_only loader builds (torch._weights_only_unpickler), and torch's legacy header.
+_PLAIN = {
+    ("collections", "OrderedDict"): OrderedDict,
+    ("collections", "Counter"): Counter,
+    ("builtins", "set"): set,
+    ("builtins", "bytearray"): bytearray,
+    ("builtins", "complex"): complex,
+    ("_codecs", "encode"): _codecs.encode,  # how protocol 2 pickles bytes
+}
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's legacy format
+
+
+class _Opaque:
+    """What an object of torch's (a storage, a dtype, a device) stands for in a pickle that
+    `_peek` reads: built from nothing, whatever it is given."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state) -> None:
+        pass
+
+
+class _Tensor(_Opaque):
+    """A tensor of a checkpoint that `_peek` read: its data is not read."""
+
+
+def _tensor(*args, **kwargs) -> _Tensor:
+    return _Tensor()
+
+
+class _NeedsGlobal(Exception):
+    pass
+
+
+class _Peeker(pickle.Unpickler):
+    """Reads a checkpoint's pickle without torch: torch's rebuild functions make `_Tensor`
+    placeholders, its other objects `_Opaque` ones, storages are never read, and any other
+    object than torch's weights_only loader allows is refused (never built)."""
+
+    def find_class(self, module: str, name: str):
+        if module == "torch" or module.startswith("torch."):
+            return _tensor if name.startswith("_rebuild") else _Opaque
+        if (module, name) in _PLAIN:
+            return _PLAIN[module, name]
+        raise _NeedsGlobal(f"{module}.{name}")
+
+    def persistent_load(self, pid):
+        return _Opaque()
+
+
+def _peek(p: Path) -> object:
+    """The object a checkpoint file holds, its tensors `_Tensor` placeholders (`_Peeker`):
+    only its pickle is read (a zip archive's ``data.pkl``; the start of a legacy file).
+
+    Raises:
+        ConfigError: a file torch cannot read, or one needing other objects (`_needs`).
+    """
+    try:
+        with open_regular(p, "checkpoint") as f:
+            zipped = f.read(4) == _MAGIC[0]
+            f.seek(0)
+            if zipped:
+                return _Peeker(io.BytesIO(_data_pkl(f, p))).load()
+            if _Peeker(f).load() != _LEGACY_MAGIC:
+                raise _unreadable(p, "a pickle, but not one torch.save wrote")
+            _Peeker(f).load(), _Peeker(f).load()  # the protocol version, the system's
+            return _Peeker(f).load()
+    except _NeedsGlobal as e:
+        raise _needs(p, str(e)) from None
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a broken archive or pickle: an unusable file
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise _unreadable(p, f"{type(e).__name__}: {first}") from None
+
+
+def _data_pkl(f, p: Path) -> bytes:
+    """The ``data.pkl`` record of the zip archive torch.save wrote (open as `f`), which holds
+    the pickle; torch reads an archive only with it and its ``version`` record."""
+    with zipfile.ZipFile(f) as z:
+        names = z.namelist()
+        top = names[0].split("/")[0] if names else ""
+        if f"{top}/data.pkl" not in names or not {f"{top}/version", f"{top}/.data/version"} & set(
+            names
+        ):
+            raise _unreadable(p, "a zip archive without torch's data.pkl and version records")
+        return z.read(f"{top}/data.pkl")
 
 
 def check_checkpoint_bank(ckpt_bank: Mapping, bank, path: str | Path | None = None) -> None:

@@ -17,7 +17,7 @@ from curi.bank import check_bank, open_bank
 from curi.core_cli import check_bank_of, job_launcher, open_bank_from_config, required
 from curi.errors import ConfigError
 from curi.jobs import sweep_lock
-from curi.models.checkpoint import checkpoint_file
+from curi.models.checkpoint import check_checkpoint, checkpoint_file
 from curi.models.config import RunConfig, check_eval_options
 from curi.models.learner_cli import check_learner, eval_learner, learner_of, train_learner
 from curi.models.torchrun import torchrun_env
@@ -59,7 +59,7 @@ def _check_train(cfg: DictConfig) -> None:
     torchrun_env(output_dir_given=not str(raw).startswith("${hydra:"))
     check_bank_of(cfg)
     if cfg.resume is not None:
-        checkpoint_file(cfg.resume, last=True)
+        check_checkpoint(cfg.resume, last=True)
 
 
 @validate.checked(_check_train)
@@ -84,8 +84,10 @@ def _eval_out(cfg: DictConfig) -> Path:
 
 
 def _check_eval(cfg: DictConfig) -> None:
+    from curi.models.learners import list_learners
+
     required(cfg, "checkpoint", "the checkpoint to evaluate", "checkpoint=<run dir or .pt file>")
-    checkpoint_file(cfg.checkpoint)
+    check_checkpoint(cfg.checkpoint, learners=tuple(list_learners()))
     check_eval_options(
         episodes=cfg.episodes,
         seed=cfg.seed,
@@ -270,7 +272,7 @@ def _check_difficulty(cfg: DictConfig) -> None:
         )
     for path in [cfg.checkpoint, *(cfg.checkpoints or {}).values()]:
         if path:
-            checkpoint_file(path)
+            check_checkpoint(path)
     check_bank_of(cfg)
 
 

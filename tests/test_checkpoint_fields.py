@@ -20,7 +20,12 @@ from hydra import compose, initialize_config_module
 from curi.errors import ConfigError
 from curi.models import RunConfig, build_model, make_renderer
 from curi.models import cli as models_cli
-from curi.models.checkpoint import MetricLogger, load_checkpoint, load_optimizer
+from curi.models.checkpoint import (
+    MetricLogger,
+    check_checkpoint,
+    load_checkpoint,
+    load_optimizer,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -59,6 +64,9 @@ def _refused(path: Path, field: str) -> str:
     msg = str(err.value)
     assert f"is damaged: its {field} is " in msg and str(path) in msg, msg
     assert "\n" not in msg and len(msg) < 400
+    with pytest.raises(ConfigError) as cheap:  # the command's check, before its run folder
+        check_checkpoint(path)
+    assert str(cheap.value) == msg
     return msg
 
 
@@ -75,6 +83,53 @@ def test_checkpoints_written_today_load_and_resume(run_dir, tiny_bank_dir, tmp_p
     assert end["step"] == 4 and end["best_step"] == late["best_step"]
     for k, v in late["model"].items():  # the resumed run is the uninterrupted one
         assert torch.equal(v, end["model"][k]), k
+
+
+def test_the_cheap_check_passes_what_loads_and_refuses_what_does_not(run_dir, tmp_path):
+    # `check_checkpoint` reads the pickle without torch, tensors as placeholders
+    for name in ("step_0000002.pt", "step_0000004.pt", "best.pt", "last.pt"):
+        path = run_dir / "checkpoints" / name
+        assert check_checkpoint(path) == path
+    assert check_checkpoint(run_dir) == run_dir / "checkpoints" / "best.pt"
+    assert check_checkpoint(run_dir, last=True) == run_dir / "checkpoints" / "last.pt"
+    payload, _ = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    legacy = tmp_path / "legacy.pt"  # torch's format before the zip archive
+    torch.save(payload, legacy, _use_new_zipfile_serialization=False)
+    assert check_checkpoint(legacy) == legacy and load_checkpoint(legacy)[0]["step"] == 4
+    other = tmp_path / "other.pt"  # another learner's: passed to its own loader
+    torch.save({"learner": "propose_verify", "state_dict": payload["model"]}, other)
+    assert check_checkpoint(other, learners=("protonet", "propose_verify")) == other
+    cases = {
+        "format": ({**payload, "format": 2}, "is not a curi checkpoint (format 1)"),
+        "learner": ({"learner": "propose_verify"}, "is not a curi checkpoint (format 1)"),
+        "no weights": ({**payload, "model": {"w": [1.0]}}, "holds no model weights"),
+        "a list": ([payload], "is not a curi checkpoint (format 1)"),
+    }
+    for case, (content, says) in cases.items():
+        path = tmp_path / f"{case}.pt"
+        torch.save(content, path)
+        with pytest.raises(ConfigError) as loaded:
+            load_checkpoint(path)
+        with pytest.raises(ConfigError) as checked:
+            check_checkpoint(path)
+        assert says in str(loaded.value) and str(checked.value) == str(loaded.value), case
+
+
+def test_the_cheap_check_builds_no_object_a_checkpoint_never_holds(tmp_path):
+    ran = tmp_path / "ran"
+
+    class Crafted:
+        def __reduce__(self):
+            return (open, (str(ran), "w"))
+
+    path = tmp_path / "crafted.pt"
+    torch.save({"format": 1, "step": 3, "model": {"w": Crafted()}}, path)
+    with pytest.raises(ConfigError) as checked:
+        check_checkpoint(path)
+    with pytest.raises(ConfigError) as loaded:
+        load_checkpoint(path)
+    assert str(checked.value) == str(loaded.value) and "it needs io.open" in str(checked.value)
+    assert not ran.exists()
 
 
 @pytest.mark.parametrize("step", [10**12, 5, -7, "abc", 2.0, True, None])

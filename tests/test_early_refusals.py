@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
 import resource
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,46 @@ def test_curi_eval_refuses_a_file_that_is_not_a_checkpoint_by_its_first_bytes(
     line = _refused(tmp_path, "eval", f"checkpoint={notes}")
     assert line.startswith(f"curi eval: error: {notes} is not a checkpoint: {says}")
     assert "KeyError" not in line and "give a .pt file from a run's checkpoints/" in line
+
+
+def _unreadable_checkpoints(folder: Path) -> dict[str, tuple[Path, str]]:
+    """Files that begin as torch's files do, yet torch cannot read as a checkpoint, and what
+    the refusal says of each."""
+    folder.mkdir()
+    with zipfile.ZipFile(folder / "junk_zip.pt", "w") as z:
+        z.writestr("archive/data.pkl", b"junk")
+    with zipfile.ZipFile(folder / "junk_pickle.pt", "w") as z:
+        z.writestr("archive/data.pkl", b"junk")
+        z.writestr("archive/version", b"3\n")
+    (folder / "int_pickle.pt").write_bytes(pickle.dumps(12345))
+    (folder / "dict_pickle.pt").write_bytes(pickle.dumps({"model": 1, "config": "abc"}))
+    (folder / "half_zip.pt").write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    return {
+        "junk_zip.pt": "(a zip archive without torch's data.pkl and version records)",
+        "junk_pickle.pt": "(UnpicklingError: pickle data was truncated)",
+        "int_pickle.pt": "(a pickle, but not one torch.save wrote)",
+        "dict_pickle.pt": "(a pickle, but not one torch.save wrote)",
+        "half_zip.pt": "(BadZipFile: File is not a zip file)",
+    }
+
+
+@pytest.mark.parametrize("command", ["eval", "difficulty"])
+def test_a_checkpoint_torch_cannot_read_is_refused_before_torch_and_a_run_folder(
+    tiny_bank_dir, tmp_path, command
+):
+    # was: refused once torch had read it, 3 to 7 s in, leaving outputs/<command>/<time>/
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    bank = [f"data_dir={tiny_bank_dir.parent}", "progress=false"]
+    bank += ["bank=tiny"] if command == "difficulty" else []
+    for name, says in _unreadable_checkpoints(tmp_path / "in").items():
+        path = tmp_path / "in" / name
+        line = _refused(cwd, command, f"checkpoint={path}", *bank)
+        assert line == (
+            f"curi {command}: error: cannot read checkpoint {path} {says}; use one written by "
+            "`curi train`"
+        )
+        assert not list(cwd.iterdir()), name  # no run folder
 
 
 def test_a_checkpoint_path_that_is_a_fifo_is_named_so_not_missing(tmp_path):
