@@ -50,10 +50,12 @@ def propose_verify(
     layers: int = 2,
     holes: bool = True,
     select_episodes: int = 50,
+    fallback_steps: int = 500,
 ) -> dict:
     """The propose-and-verify learner's options: the search's (`Settings`: k, max_errors,
     samples, rounds; temperature and repair are chosen on held-out training concepts) and its
-    training's (steps, batch, lr, dim, layers, holes, select_episodes)."""
+    training's (steps, batch, lr, dim, layers, holes, select_episodes) and its fallback
+    protonet's (fallback_steps; 0: no fallback)."""
     options = dict(locals())
     from curi import validate
     from curi.models.propose_verify import Settings
@@ -65,4 +67,5 @@ def propose_verify(
     validate.integer(dim, "learner.dim", low=4)
     validate.integer(layers, "learner.layers", low=1)
     validate.integer(select_episodes, "learner.select_episodes", low=1)
+    validate.integer(fallback_steps, "learner.fallback_steps", low=0)
     return {"name": "propose_verify", **options}

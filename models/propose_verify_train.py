@@ -220,11 +220,17 @@ def train_propose_verify(
     settings: Settings | None = None,
     select: bool = True,
     select_episodes: int = 50,
+    fallback_steps: int = 500,
     seed: int = 0,
 ) -> dict:
     """Train the learner on `split`'s training concepts and return its checkpoint (a dict:
-    the proposer's config and weights, the chosen settings and what they were chosen on, and
-    the bank, split, negatives and modality the learner is for)."""
+    the proposer's config and weights, the chosen settings and what they were chosen on, the
+    fallback protonet (`curi.models.protonet_fallback.train_fallback`: `fallback_steps` steps
+    of `batch` episodes on the same fitting concepts, chosen on `select_episodes` held-out
+    episodes; None with 0 steps), and the bank, split, negatives and modality the learner is
+    for)."""
+    from curi.models.protonet_fallback import train_fallback
+
     steps = validate.integer(steps, "learner.steps", low=0)
     batch = validate.integer(batch, "learner.batch", low=1)
     sp = split if isinstance(split, Split) else make_split(bank, split)
@@ -252,6 +258,15 @@ def train_propose_verify(
     if select and len(hold.test):
         spec = EpisodeSpec(hold, "test", negatives, seed=seed + 1, size=select_episodes)
         _, table = select_settings(learner, bank, spec)
+    fallback = train_fallback(
+        bank,
+        hold,
+        negatives=negatives,
+        steps=fallback_steps,
+        batch=batch,
+        seed=seed,
+        val_episodes=select_episodes,
+    )
     return {
         "learner": LEARNER,
         "modality": "schema",
@@ -267,6 +282,7 @@ def train_propose_verify(
         "history": history,
         "held_concepts": int(len(hold.test)),
         "fit_concepts": int(len(fit.train)),
+        "fallback": fallback,
     }
 
 
@@ -292,10 +308,20 @@ def load_checkpoint(path: str | Path) -> dict:
 
 
 def learner_from_checkpoint(
-    ckpt: dict, bank_dir: str | Path, *, fallback=None, **overrides
+    ckpt: dict, bank_dir: str | Path, *, fallback="checkpoint", **overrides
 ) -> ProposeVerify:
     """The learner a checkpoint holds, its universe read from the bank's ``scenes/`` only;
-    `overrides` replace settings (e.g. ``k``)."""
+    `overrides` replace settings (e.g. ``k``). `fallback`: ``"checkpoint"`` (the protonet the
+    checkpoint holds, if any), None (none: scores 0 where nothing survives nor nearly), or a
+    `Predict`."""
+    if isinstance(fallback, str):
+        if fallback != "checkpoint":
+            raise ConfigError(f"fallback must be 'checkpoint', None or a predict, not {fallback!r}")
+        fallback = None
+        if ckpt.get("fallback"):
+            from curi.models.protonet_fallback import fallback_from_checkpoint
+
+            fallback = fallback_from_checkpoint(ckpt["fallback"])
     model = ProgramProposer(**ckpt["proposer"])
     model.load_state_dict(ckpt["state_dict"])
     settings = Settings(**{**ckpt["settings"], **overrides})
@@ -326,6 +352,7 @@ def train_run(
         holes=options["holes"],
         settings=Settings(**search, seed=seed),
         select_episodes=options["select_episodes"],
+        fallback_steps=options["fallback_steps"],
         seed=seed,
     )
     out = Path(out_dir)
@@ -340,11 +367,20 @@ def train_run(
         "history": ckpt["history"],
         "fit_concepts": ckpt["fit_concepts"],
         "held_concepts": ckpt["held_concepts"],
+        "fallback": _fallback_summary(ckpt["fallback"]),
         "seconds": time.perf_counter() - t0,
     }
     with atomic_path(out / "summary.json") as tmp:
         tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
+
+
+def _fallback_summary(entry: dict | None) -> dict | None:
+    """What the summary says of the fallback protonet (None: none trained)."""
+    if not entry:
+        return None
+    keys = ("steps", "best_step", "best_map")
+    return {"pooling": entry["config"]["pooling"]["name"], **{k: entry[k] for k in keys}}
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -369,8 +405,10 @@ def evaluate_run(
     """`curi eval` of a propose_verify checkpoint: the learner answers
     `oracles.model_score`'s ``predict`` on `spec`'s episodes (None: 1,000 test episodes of
     seed 0 of the checkpoint's split and negatives), with the oracles of the same episodes;
-    also its fallback rate (episodes without an exact survivor: answered by near-misses, a
-    fallback model or 0s) and ``map_answered``, the mAP of the others.
+    also ``fallback_rate`` (episodes without an exact survivor: answered by near-misses, the
+    checkpoint's fallback protonet or 0s), ``fallback_model_rate`` (those answered by the
+    protonet: no near-miss either) and ``map_answered``, the mAP of the episodes with an
+    exact survivor.
 
     Raises:
         ConfigError: the checkpoint is another bank's, or `spec` asks for other negatives
@@ -389,11 +427,11 @@ def evaluate_run(
             f"{spec.negatives}; drop negatives= or give a checkpoint trained so"
         )
     learner = learner_from_checkpoint(ckpt, bank.path)
-    falls: list[bool] = []
+    falls: list[str] = []
 
     def predict(support, labels, targets):
         out = learner.predict(support, labels, targets)
-        falls.append(learner.stats.fallback != "")  # no exact survivor
+        falls.append(learner.stats.fallback)  # "": an exact survivor
         return out
 
     kw = {
@@ -405,13 +443,16 @@ def evaluate_run(
     pred = model_predictions(predict, bank, spec.split, episodes=spec.size, progress=progress, **kw)
     scores = {"query_scores": pred["query_scores"], "eval_scores": pred["eval_scores"]}
     got = score_arrays(bank, spec.split, **scores, oracles=oracles, **kw)
-    fell = np.array(falls[::2])  # one answer per episode (query, then evaluation set)
+    how = np.array(falls[::2])  # one answer per episode (query, then evaluation set)
+    fell = how != ""
     return {
         "learner": LEARNER,
         "checkpoint": str(path),
         **got["split"][0],
         "settings": learner.checkpoint_settings(),
+        "fallback": _fallback_summary(ckpt.get("fallback")),
         "fallback_rate": float(fell.mean()),
+        "fallback_model_rate": float((how == "model").mean()),
         "map_answered": _map_of(bank, spec, pred["eval_scores"], ~fell),
     }
 

@@ -62,6 +62,19 @@ def _learner(bank, proposer=None, **settings) -> ProposeVerify:
     return ProposeVerify(proposer or ProgramProposer(), universe, settings=Settings(**settings))
 
 
+@pytest.fixture(scope="module")
+def pv_ckpt(tiny_bank):
+    """An untrained proposer with a fallback protonet of a few steps (one torch thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return train_propose_verify(
+            tiny_bank, "concept_iid", steps=0, select=False, fallback_steps=4, select_episodes=4
+        )
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_machine_accepts_every_bank_concept(tiny_bank):
     for text in tiny_bank.concepts:
         toks = parse(text).tokens()
@@ -234,10 +247,10 @@ def _guard_bank_files(monkeypatch, bank_dir: Path) -> None:
         monkeypatch.setattr(Path, name, wrap(getattr(Path, name)))
 
 
-def test_predicts_with_every_bank_file_but_scenes_refused(tiny_bank, monkeypatch):
+def test_predicts_with_every_bank_file_but_scenes_refused(tiny_bank, pv_ckpt, monkeypatch):
     from curi import load_bank
 
-    ckpt = train_propose_verify(tiny_bank, "concept_iid", steps=0, select=False)
+    ckpt = pv_ckpt  # with its fallback protonet, which reads no bank file either
     e = _episode(tiny_bank, 4)
     support = tiny_bank.scene_records(e.support_ids)
     targets = tiny_bank.scene_records(tiny_bank.eval_ids[:200])
@@ -247,10 +260,11 @@ def test_predicts_with_every_bank_file_but_scenes_refused(tiny_bank, monkeypatch
     pv = learner_from_checkpoint(ckpt, tiny_bank.path, k=32)
     scores = pv.predict(support, e.support_labels, targets)
     assert scores.shape == (200,) and pv.stats.programs > 0
+    assert pv.fallback(support, e.support_labels, targets).shape == (200,)
 
 
-def test_checkpoint_round_trip_and_refusal(tiny_bank, tmp_path):
-    ckpt = train_propose_verify(tiny_bank, "concept_iid", steps=0, select=False)
+def test_checkpoint_round_trip_and_refusal(tiny_bank, pv_ckpt, tmp_path):
+    ckpt = pv_ckpt
     path = save_checkpoint(ckpt, tmp_path / "pv.pt")
     back = load_checkpoint(path)
     assert back["settings"] == ckpt["settings"] and back["split"] == "concept_iid"
@@ -306,8 +320,9 @@ def _map(tiny_bank, pv: ProposeVerify, episodes: int) -> float:
 
 def test_a_trained_checkpoint_beats_an_untrained_one(tiny_bank):
     """On the same 200 seeded test episodes of concept_iid (test concepts never trained on)."""
-    trained = train_propose_verify(tiny_bank, "concept_iid", steps=150, batch=16, select=False)
-    untrained = train_propose_verify(tiny_bank, "concept_iid", steps=0, select=False)
+    kw = {"select": False, "fallback_steps": 0}  # the proposer's own answers
+    trained = train_propose_verify(tiny_bank, "concept_iid", steps=150, batch=16, **kw)
+    untrained = train_propose_verify(tiny_bank, "concept_iid", steps=0, **kw)
     maps = [
         _map(tiny_bank, learner_from_checkpoint(c, tiny_bank.path, k=16, max_errors=25), 200)
         for c in (trained, untrained)
@@ -342,17 +357,22 @@ def test_learner_presets_match_the_registry():
         assert name == path.stem and learner_options(name, opts)["name"] == name
 
 
-def test_evaluate_run_reports_fallbacks_and_refuses_other_negatives(tiny_bank, tmp_path):
+def test_evaluate_run_reports_fallbacks_and_refuses_other_negatives(tiny_bank, pv_ckpt, tmp_path):
     from curi.models.propose_verify_train import evaluate_run
 
-    ckpt = train_propose_verify(tiny_bank, "concept_iid", steps=0, select=False)
-    ckpt["settings"]["k"] = 8
+    ckpt = {**pv_ckpt, "settings": {**pv_ckpt["settings"], "k": 8}}
     path = save_checkpoint(ckpt, tmp_path / "pv.pt")
     spec = EpisodeSpec("concept_iid", "test", "hard", size=4)
     m = evaluate_run(path, tiny_bank, spec, oracles=False)
     assert m["learner"] == "propose_verify" and m["episodes"] == 4 and m["settings"]["k"] == 8
-    assert 0.0 <= m["fallback_rate"] <= 1.0
+    assert 0.0 <= m["fallback_model_rate"] <= m["fallback_rate"] <= 1.0
     assert (m["map_answered"] is None) == (m["fallback_rate"] == 1.0)
+    assert m["fallback"]["pooling"] == "avg" and m["fallback"]["steps"] == 4
+    # one program, no near-miss allowed: the fallback protonet answers, and scores rank scenes
+    ckpt["settings"].update(k=1, max_errors=0, temperature=0.0, repair=False)
+    path = save_checkpoint(ckpt, tmp_path / "pv1.pt")
+    m = evaluate_run(path, tiny_bank, spec, oracles=False)
+    assert m["fallback_model_rate"] > 0 and m["map"] > 0
     with pytest.raises(ConfigError, match="negatives=hard, not easy"):
         evaluate_run(path, tiny_bank, spec.replace(negatives="easy"), oracles=False)
 
@@ -374,3 +394,72 @@ def test_a_checkpoint_needing_other_objects_is_refused_never_unpickled(tmp_path)
     with pytest.raises(ConfigError, match="could run code"):
         load_checkpoint(path)
     assert not is_checkpoint(path) and not ran.exists()
+
+
+def test_the_fallback_protonet_trains_on_the_fitting_concepts_only(tiny_bank, pv_ckpt, monkeypatch):
+    """Trained by the protonet's own training on the learner's fitting concepts, its checkpoint
+    chosen on the held-out tenth: never on a val or test concept. Stored in the checkpoint."""
+    import curi.models.train as train_mod
+    from curi.splits.saved import load_split
+
+    seen = []
+    real = train_mod.train
+
+    def spy(run, **kw):
+        seen.append(load_split(tiny_bank, run.split))
+        return real(run, **kw)
+
+    monkeypatch.setattr(train_mod, "train", spy)
+    ckpt = train_propose_verify(
+        tiny_bank, "concept_iid", steps=0, select=False, fallback_steps=2, select_episodes=2
+    )
+    (split,) = seen
+    sp = make_split(tiny_bank, "concept_iid")
+    fit, hold = fit_and_held(tiny_bank, sp, seed=0)
+    np.testing.assert_array_equal(split.train, fit.train)
+    np.testing.assert_array_equal(split.val, hold.val)
+    groups = np.asarray(tiny_bank.groups)
+    held_out = groups[np.r_[sp.val, sp.test]]
+    assert not np.isin(groups[np.r_[split.train, split.val]], held_out).any()
+    fb = ckpt["fallback"]
+    assert fb["config"]["pooling"]["name"] == "avg" and fb["config"]["modality"]["name"] == "schema"
+    assert fb["steps"] == 2 and fb["best_step"] in (1, 2) and fb["state_dict"]
+    assert pv_ckpt["fallback"]["steps"] == 4
+    none = train_propose_verify(tiny_bank, "concept_iid", steps=0, select=False, fallback_steps=0)
+    assert none["fallback"] is None and len(seen) == 1
+    assert learner_from_checkpoint(none, tiny_bank.path).fallback is None
+
+
+def test_an_episode_without_survivor_is_answered_by_the_fallback(tiny_bank, pv_ckpt, tmp_path):
+    """With one program and no near-miss allowed, an episode with no survivor gets the
+    fallback's scores (after a round trip through the safely loaded checkpoint), not 0s."""
+    from curi.models.protonet_fallback import ProtonetPredict
+
+    back = load_checkpoint(save_checkpoint(pv_ckpt, tmp_path / "pv.pt"))
+    pv = learner_from_checkpoint(back, tiny_bank.path, k=1, max_errors=0, temperature=0.0)
+    assert isinstance(pv.fallback, ProtonetPredict)
+    bare = learner_from_checkpoint(back, tiny_bank.path, fallback=None, k=1, max_errors=0)
+    targets = tiny_bank.scene_records(tiny_bank.eval_ids[:300])
+    for i in range(8):
+        e = _episode(tiny_bank, i)
+        support = tiny_bank.scene_records(e.support_ids)
+        scores = pv.predict(support, e.support_labels, targets)
+        if pv.stats.fallback == "model":
+            break
+    else:
+        pytest.fail("every episode had a survivor with k=1")
+    want = pv.fallback(support, e.support_labels, targets)
+    np.testing.assert_array_equal(scores, want)
+    assert scores.std() > 0 and ((scores > 0) & (scores < 1)).any()
+    assert not bare.predict(support, e.support_labels, targets).any()  # no fallback: 0s
+    pos = np.flatnonzero(e.support_labels)  # the support's positives rank above its negatives
+    on_support = pv.fallback(support, e.support_labels, support)
+    assert on_support[pos].mean() > np.delete(on_support, pos).mean()
+
+
+def test_a_damaged_fallback_is_refused(tiny_bank, pv_ckpt):
+    bad = {**pv_ckpt["fallback"], "state_dict": dict(pv_ckpt["fallback"]["state_dict"])}
+    key = next(iter(bad["state_dict"]))
+    bad["state_dict"][key] = bad["state_dict"][key] + 1
+    with pytest.raises(ConfigError, match="fallback model .* is damaged"):
+        learner_from_checkpoint({**pv_ckpt, "fallback": bad}, tiny_bank.path)

@@ -41,11 +41,13 @@ def test_train_then_eval_a_tiny_propose_verify_run(tiny_bank_dir, tmp_path):
     out = tmp_path / "pv"
     args = ["bank=tiny", f"data_dir={data}", f"output_dir={out}", "progress=false"]
     opts = ["learner=propose_verify", "learner.steps=4", "learner.select_episodes=2", "learner.k=8"]
+    opts.append("learner.fallback_steps=2")
     r = run_curi("train", *args, *opts, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "checkpoints" / "best.pt").is_file()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["learner"] == "propose_verify" and summary["settings"]["k"] == 8
+    assert summary["fallback"]["steps"] == 2 and summary["fallback"]["pooling"] == "avg"
     ev = tmp_path / "ev"
     r = run_curi(
         "eval", f"checkpoint={out}", "episodes=5", "oracles=false", "progress=false",
@@ -55,3 +57,4 @@ def test_train_then_eval_a_tiny_propose_verify_run(tiny_bank_dir, tmp_path):
     metrics = json.loads((ev / "metrics.json").read_text())
     assert metrics["learner"] == "propose_verify" and metrics["episodes"] == 5
     assert 0.0 <= metrics["map"] <= 1.0 and 0.0 <= metrics["fallback_rate"] <= 1.0
+    assert 0.0 <= metrics["fallback_model_rate"] <= metrics["fallback_rate"]
