@@ -87,7 +87,7 @@ def _check_eval(cfg: DictConfig) -> None:
     from curi.models.learners import list_learners
 
     required(cfg, "checkpoint", "the checkpoint to evaluate", "checkpoint=<run dir or .pt file>")
-    check_checkpoint(cfg.checkpoint, learners=tuple(list_learners()))
+    checkpoint_file(cfg.checkpoint)
     check_eval_options(
         episodes=cfg.episodes,
         seed=cfg.seed,
@@ -96,6 +96,7 @@ def _check_eval(cfg: DictConfig) -> None:
         chunk=cfg.chunk,
     )
     _eval_out(cfg)
+    check_checkpoint(cfg.checkpoint, learners=tuple(list_learners()))  # its contents, last
 
 
 @validate.checked(_check_eval)
