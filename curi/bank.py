@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import stat
@@ -38,12 +39,13 @@ from curi.bits import unpack_rows
 from curi.concepts import Concept, parse
 from curi.errors import BankError, BankMismatchError, CuriError
 from curi.executor import BitScenes
-from curi.paths import inside, output_path
+from curi.paths import inside, open_regular, output_path
 from curi.scenes import Camera, Scenes
 
 __all__ = [
     "BankConfig",
     "ConceptBank",
+    "bank_concepts",
     "build_bank",
     "check_bank",
     "data_root",
@@ -408,6 +410,34 @@ def check_bank(
         given = data_dir is not None or not os.environ.get("CURI_DATA_DIR")
         output_path(root, folder=True, key="data_dir" if given else "CURI_DATA_DIR")
     return cfg
+
+
+def bank_concepts(
+    cfg: BankConfig, data_dir: str | Path | None = None, *, force: bool = False
+) -> list[str] | None:
+    """The concepts of the bank `open_bank` would open with these arguments (`cfg` as
+    `check_bank` returns it), when that bank is there already: read from its ``concepts.txt``
+    once the file's digest is the manifest's and the manifest's config is `cfg`'s. Cheap
+    (neither the truth matrix nor the scenes are read), so a command checks a split file
+    against the bank before its work. None where the bank will be built (`force`, or nothing
+    there), or what is there is another bank or damaged: `open_bank` says so, in its words.
+    """
+    if force:
+        return None
+    try:
+        path = data_root(data_dir) / str(cfg.name)
+        if not (path / MANIFEST).is_file():
+            return None
+        manifest = read_manifest(path, "")
+        if manifest["config"] != cfg.identity():
+            return None
+        with open_regular(path / "concepts.txt", "concepts.txt") as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != manifest["files"]["concepts.txt"]["sha256"]:
+            return None
+        return data.decode("utf-8").split("\n")[:-1]
+    except (CuriError, OSError, KeyError, TypeError, UnicodeDecodeError):
+        return None
 
 
 def _missing_bank(cfg: BankConfig, root: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from curi import validate
-from curi.bank import BankConfig, ConceptBank, check_bank, open_bank
+from curi.bank import BankConfig, ConceptBank, bank_concepts, check_bank, open_bank
 from curi.errors import ConfigError
 from curi.paths import output_path
 
@@ -42,9 +42,25 @@ def _bank_args(cfg: DictConfig, build: bool | None) -> tuple[dict, dict]:
 def check_bank_of(cfg: DictConfig, *, build: bool | None = None) -> BankConfig:
     """Refuse the bank of a command's config before any work: a bad option, or a bank that
     is missing where it may not be built (`curi.bank.check_bank`; `build` as in
-    `open_bank_from_config`). Returns its config (sizes to check options against)."""
+    `open_bank_from_config`); and a split file of the config (``split``, ``splits``) saved for
+    another bank than the one there, or naming concepts outside it (`curi.bank.bank_concepts`;
+    a bank yet to be built is not read). Returns its config (sizes to check options against)."""
     bank, kw = _bank_args(cfg, build)
-    return check_bank(bank, cfg.data_dir, **kw)
+    checked = check_bank(bank, cfg.data_dir, **kw)
+    files = [s for s in _specs(cfg, "split") + _specs(cfg, "splits") if validate.is_split_file(s)]
+    if files:
+        concepts = bank_concepts(checked, cfg.data_dir, force=kw["force"])
+        if concepts is not None:
+            validate.splits(files, concepts=concepts)
+    return checked
+
+
+def _specs(cfg: DictConfig, key: str) -> list:
+    """The split specs the config's `key` holds (none, one, or a list)."""
+    value = cfg.get(key)
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    return value if isinstance(value, list) else [] if value is None else [value]
 
 
 def open_bank_from_config(cfg: DictConfig, *, build: bool | None = None) -> ConceptBank:

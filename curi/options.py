@@ -19,7 +19,7 @@ import yaml
 
 from curi.errors import ConfigError, OptionError, did_you_mean
 from curi.presets import conf_dir, list_presets
-from curi.validate import not_one_of
+from curi.validate import is_split_file, not_one_of
 
 __all__ = [
     "Options",
@@ -362,11 +362,6 @@ def _check_group_key(package: str, parts: list[str], group: str, preset: str | N
             error = _unknown(prefix + part, [prefix + k for k in node])
             raise ConfigError(f"{error} (+{prefix}{part}=VALUE adds a key the preset lacks)")
         node, prefix = node[part], f"{prefix}{part}."
-
-
-def is_split_file(value: str) -> bool:
-    """Whether ``split=value`` names a saved split file (``FILE.json``) rather than a preset."""
-    return value.endswith(".json") and value not in list_presets("split")
 
 
 def check_group_values(overrides: list[str], opts: Options) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "not_one_of",
     "seed",
     "splits",
+    "is_split_file",
     "checked",
     "MAX_SEED",
     "MAX_EPISODES",
@@ -143,16 +144,19 @@ def seed(value, name: str = "seed") -> int:
     return integer(value, name, low=0, high=MAX_SEED)
 
 
-def splits(value) -> None:
+def splits(value, *, concepts: list[str] | None = None) -> None:
     """Refuse a split (or a list of them) that names neither a preset of ``conf/split`` nor a
     split file (``FILE.json``) that is there and reads as one, and an inline rule (a mapping)
     whose options its rule refuses (`curi.splits.SplitSpec`; a ``file`` rule's file read as
-    a split file): all that needs no bank, before a command's work.
+    a split file): all that needs no bank, before a command's work. Given the `concepts` of
+    the bank the splits are for (`curi.bank.bank_concepts`), a split file saved for another
+    bank, or naming a concept outside it, is refused too.
 
     Raises:
         ConfigError: an unknown preset, naming the presets.
-        SplitError: a split file that is missing, not a regular file or not a split file;
-            a bad inline rule (`SplitOptionError`, also a `ConfigError`).
+        SplitError: a split file that is missing, not a regular file or not a split file
+            (or not of the bank of `concepts`); a bad inline rule (`SplitOptionError`, also a
+            `ConfigError`).
     """
     from curi.splits.saved import check_split_file  # curi.splits imports this module
     from curi.splits.spec import SplitSpec
@@ -161,13 +165,21 @@ def splits(value) -> None:
         if isinstance(item, Mapping):
             spec = SplitSpec.from_mapping(item)
             if spec.rule == "file":
-                check_split_file(spec.options.path)
+                check_split_file(spec.options.path, concepts)
         elif not isinstance(item, str):
             continue
-        elif item.endswith(".json") and item not in list_presets("split"):
-            check_split_file(item)
+        elif is_split_file(item):
+            check_split_file(item, concepts)
         else:
             load_preset("split", item)
+
+
+def is_split_file(item: object) -> bool:
+    """Whether the split `item` is a saved split file: ``split=FILE.json`` (a name that is no
+    preset) or the inline ``file`` rule reading one."""
+    if isinstance(item, Mapping):
+        return item.get("rule") == "file"
+    return isinstance(item, str) and item.endswith(".json") and item not in list_presets("split")
 
 
 def checked(check: Callable[[Any], None]) -> Callable[[F], F]:

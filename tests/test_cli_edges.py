@@ -191,6 +191,31 @@ def test_saved_split_file_drives_curi_split_and_gap(saved_split, tiny_bank_dir, 
     _one_line_error(missing, "curi gap: error: split file")
 
 
+@pytest.mark.parametrize("command", ["gap", "train"])
+def test_a_split_file_of_another_bank_leaves_no_run_folder(
+    saved_split, tiny_bank_dir, tmp_path, command
+):
+    """A split file naming a concept outside the bank, or saved for another bank, is refused
+    from the bank's concepts.txt before Hydra makes the run folder (outputs/...): it was
+    refused once the bank was loaded, the folder left behind."""
+    text = saved_split.read_text()
+    spoilt = {
+        "train[0] = 99999 is outside the bank's concept indices": text.replace(
+            '"train": [', '"train": [99999, ', 1
+        ),
+        "was saved for another bank (None concepts": text.replace('"num_concepts": ', '"x": ', 1),
+    }
+    (tmp_path / "cwd").mkdir()
+    for i, (says, content) in enumerate(spoilt.items()):
+        path = tmp_path / f"{i}.json"
+        path.write_text(content)
+        args = [command, "bank=tiny", f"data_dir={tiny_bank_dir.parent}", f"split={path}"]
+        r = run_curi(*args, "progress=false", cwd=tmp_path / "cwd")
+        line = _one_line_error(r, f"curi {command}: error: split file '{path}'")
+        assert says in line
+        assert _files(tmp_path / "cwd") == []
+
+
 def test_saved_split_trains_and_eval_takes_a_preset_split(saved_split, tiny_bank_dir, tmp_path):
     """`curi train split=FILE.json` and the README's `curi eval split=binding_color` (which
     failed with "No match in the defaults list")."""

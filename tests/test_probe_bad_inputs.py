@@ -32,6 +32,14 @@ SAMPLE = [
     "rules, a rule that does not parse",
     "score, tasks binary",
 ]
+# Refused in one line, yet after the run folder was made (outputs/...): the checkpoint was
+# read, and the split file checked against the bank, only once the command ran.
+LEFT_A_FOLDER = [
+    *(f"{cmd}, checkpoint {what}" for cmd in ("eval", "difficulty")
+      for what in ("a zip of junk", "a pickled integer", "a pickled dict")),
+    "gap, split file index outside",
+    "gap, split file of another bank",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +75,24 @@ def test_the_list_has_every_command_and_at_least_121_probes(listed):
         assert any(line.startswith(f"{name} ") for line in lines), name
 
 
+@pytest.fixture(scope="module")
+def exported(script, listed, tiny_bank_dir):
+    """`listed`, with the saved split and episode files (and their spoilt copies) made."""
+    script.make_exports(listed[1], tiny_bank_dir.parent)
+    return listed
+
+
 @pytest.mark.parametrize("what", SAMPLE)
 def test_a_bad_input_ends_in_one_line(script, listed, what, tmp_path):
+    _one_line(script, listed, what, tmp_path)
+
+
+@pytest.mark.parametrize("what", LEFT_A_FOLDER)
+def test_a_bad_input_refused_late_leaves_no_run_folder(script, exported, what, tmp_path):
+    _one_line(script, exported, what, tmp_path)
+
+
+def _one_line(script, listed, what: str, tmp_path: Path) -> None:
     probes, tmp = listed
     env = {**os.environ, "CURI_DATA_DIR": str(tmp / "default_data")}
     (tmp_path / "cwd").mkdir()

@@ -445,3 +445,40 @@ def test_a_bad_split_file_or_inline_rule_is_refused_without_the_bank(tiny_bank, 
     with pytest.raises(SplitError, match="unknown rule 'nosuch'"):
         validate.splits([{"name": "x", "rule": "nosuch"}])
     validate.splits([str(good), {"name": "f", "rule": "file", "path": str(good)}, "boolean"])
+
+
+def test_a_split_file_of_another_bank_is_refused_from_the_banks_concepts(tiny_bank, tmp_path):
+    """Given the concepts of the bank that is there (`curi.bank.bank_concepts`: its
+    concepts.txt, not the bank), a split file saved for another bank or naming a concept
+    outside it is refused as `load_split` refuses it: `curi gap split=<such a file>` was
+    refused only once the run folder was made (the sweep of bad inputs)."""
+    from curi import validate
+    from curi.bank import BankConfig, bank_concepts
+    from curi.splits.saved import check_split_file
+
+    cfg = BankConfig.from_mapping(tiny_bank.config)
+    concepts = bank_concepts(cfg, tiny_bank.path.parent)
+    assert concepts == tiny_bank.concepts
+    assert bank_concepts(cfg, tiny_bank.path.parent, force=True) is None  # to be rebuilt
+    assert bank_concepts(cfg, tmp_path) is None  # to be built there
+    good = save_split(make_split(tiny_bank, "concept_iid"), tiny_bank, tmp_path / "s.json")
+    assert check_split_file(good, concepts)["name"] == "concept_iid"
+    text = good.read_text()
+    bad = {
+        "outside": text.replace('"train": [', '"train": [99999, ', 1),
+        "other bank": text.replace('"num_concepts": ', '"x": ', 1),
+        "reordered": text.replace('"concepts_sha256": "', '"concepts_sha256": "0', 1),
+    }
+    for what, content in bad.items():
+        path = tmp_path / f"{what}.json"
+        path.write_text(content)
+        check_split_file(path)  # without the bank: nothing to see
+        with pytest.raises(SplitError) as late:
+            make_split(tiny_bank, path)
+        with pytest.raises(SplitError) as early:
+            check_split_file(path, concepts)
+        assert str(early.value) == str(late.value), what
+        for value in (str(path), {"name": "f", "rule": "file", "path": str(path)}):
+            with pytest.raises(SplitError) as early:
+                validate.splits([value], concepts=concepts)
+            assert str(early.value) == str(late.value), what

@@ -48,8 +48,12 @@ class FileOptions:
 def bank_identity(bank) -> dict:
     """What a saved split records of its bank: the number of concepts and a sha256 of the
     concept strings in order, which together fix what each concept index means."""
-    digest = hashlib.sha256("\n".join(bank.concepts).encode()).hexdigest()
-    return {"num_concepts": len(bank.concepts), "concepts_sha256": digest}
+    return _identity(bank.concepts)
+
+
+def _identity(concepts: list[str]) -> dict:
+    digest = hashlib.sha256("\n".join(concepts).encode()).hexdigest()
+    return {"num_concepts": len(concepts), "concepts_sha256": digest}
 
 
 def save_split(split: Split, bank, path: str | Path) -> Path:
@@ -84,15 +88,7 @@ def load_split(bank, path: str | Path, *, name: str | None = None) -> Split:
     """
     path = Path(path).expanduser()
     doc = _read(path)
-    want, have = doc["bank"], bank_identity(bank)
-    if {k: want.get(k) for k in have} != have:
-        raise SplitError(
-            f"split file {str(path)!r} was saved for another bank ({want.get('num_concepts')} "
-            f"concepts, sha256 {str(want.get('concepts_sha256'))[:12]}); this bank has "
-            f"{have['num_concepts']} concepts (sha256 {have['concepts_sha256'][:12]}). Use the "
-            "bank the split was made on, or make the split again on this one"
-        )
-    parts = {p: _indices(doc[p], len(bank), path, p) for p in PARTS}
+    parts = _parts_on(doc, path, bank.concepts)
     try:
         name = check_name(name or doc["name"])
     except SplitError as e:
@@ -106,16 +102,20 @@ def load_split(bank, path: str | Path, *, name: str | None = None) -> Split:
     return split
 
 
-def check_split_file(path: str | Path) -> dict:
+def check_split_file(path: str | Path, concepts: list[str] | None = None) -> dict:
     """The document of the split file at `path`, once everything a bank is not needed for
     passes (a regular file of JSON, the format and version, the parts, each a list of distinct
-    non-negative integers, the name): cheap, so a command checks a split file before its work.
+    non-negative integers, the name), and, given the `concepts` of the bank it will split
+    (`curi.bank.bank_concepts`), what `load_split` checks of that bank: saved for it, every
+    index one of its concepts. Cheap, so a command checks a split file before its work.
 
     Raises:
-        SplitError: naming the file and what is wrong.
+        SplitError: naming the file and what is wrong, in `load_split`'s words.
     """
     path = Path(path).expanduser()
     doc = _read(path)
+    if concepts is not None:
+        _parts_on(doc, path, concepts)
     for part in PARTS:
         _indices(doc[part], sys.maxsize, path, part)
     try:
@@ -123,6 +123,24 @@ def check_split_file(path: str | Path) -> dict:
     except SplitError as e:
         raise SplitError(f"split file {str(path)!r}: {e}") from None
     return doc
+
+
+def _parts_on(doc: dict, path: Path, concepts: list[str]) -> dict[str, np.ndarray]:
+    """The parts of the split file `doc` (read from `path`) as index arrays, once it was saved
+    for the bank of `concepts` and each index is one of them.
+
+    Raises:
+        SplitError: saved for another bank, or an index outside it.
+    """
+    want, have = doc["bank"], _identity(concepts)
+    if {k: want.get(k) for k in have} != have:
+        raise SplitError(
+            f"split file {str(path)!r} was saved for another bank ({want.get('num_concepts')} "
+            f"concepts, sha256 {str(want.get('concepts_sha256'))[:12]}); this bank has "
+            f"{have['num_concepts']} concepts (sha256 {have['concepts_sha256'][:12]}). Use the "
+            "bank the split was made on, or make the split again on this one"
+        )
+    return {p: _indices(doc[p], len(concepts), path, p) for p in PARTS}
 
 
 def _read(path: Path) -> dict:
