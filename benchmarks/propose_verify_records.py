@@ -4,7 +4,8 @@ append one record per (learner, bank, split, negatives, K) to docs/results/propo
 
 Learners: ``propose_verify`` (a trained checkpoint, `--checkpoint`), ``no_holes`` (a checkpoint
 trained with ``holes=False``), ``grammar_only`` (the grammar's most probable sketches, no
-training, no support: `models.program_enumerate`). Every number is on episodes 0..N-1 of the
+training, no support: `models.program_enumerate`; with `--checkpoint`, that checkpoint's
+protonet fallback). Every number is on episodes 0..N-1 of the
 seed-0 test stream (the episodes ``curi gap episodes.test=N`` scores), with the strong and weak
 oracles computed in the same run on the same episodes. Latency is one torch and one numba thread.
 
@@ -42,9 +43,17 @@ def build_learner(name: str, bank, checkpoint: str | None, negatives: str, k: in
     from curi.models.propose_verify_train import learner_from_checkpoint, load_checkpoint
 
     if name == "grammar_only":
+        # round robin over the sketches (one filling each before any second one) measured
+        # best for this reference; the protonet fallback of `checkpoint` when given, so that
+        # the two proposers differ in nothing else
         universe = load_universe(bank.path, bank.config.get("location_bins", "spec"))
-        settings = Settings(k=k, repair=True)
-        return ProposeVerify(GrammarProposer(), universe, negatives=negatives, settings=settings)
+        settings = Settings(k=k, repair=True, fill_decay=1e6)
+        fallback = None
+        if checkpoint is not None:
+            fallback = learner_from_checkpoint(load_checkpoint(checkpoint), bank.path).fallback
+        return ProposeVerify(
+            GrammarProposer(), universe, negatives=negatives, settings=settings, fallback=fallback
+        )
     if checkpoint is None:
         raise SystemExit(f"--learner {name} needs --checkpoint")
     ckpt = load_checkpoint(checkpoint)
@@ -63,12 +72,8 @@ def measure(learner, name: str, bank, split: str, negatives: str, k: int, episod
 
     spec = EpisodeSpec(split, "test", negatives, seed=0, size=episodes)
     sampler = EpisodeSampler.from_spec(bank, spec)
-    sc = bank.scenes
     truth = np.asarray(bank.truth_words)
     state = {"i": 0, "seconds": [], "hit": [], "fallback": [], "model": []}
-
-    def arrays(ids):
-        return {"n_objects": sc.n_objects[ids], "props": sc.props[ids]}
 
     def predict(support, labels, targets):
         t0 = time.perf_counter()
@@ -89,9 +94,8 @@ def measure(learner, name: str, bank, split: str, negatives: str, k: int, episod
         return out
 
     t0 = time.perf_counter()
-    pred = model_predictions(
-        predict, bank, split, negatives=negatives, episodes=episodes, render_ids=arrays
-    )
+    # scenes as records, as `oracles.model_score` hands them (the protonet fallback needs them)
+    pred = model_predictions(predict, bank, split, negatives=negatives, episodes=episodes)
     wall = time.perf_counter() - t0
     got = score_arrays(
         bank,

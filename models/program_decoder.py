@@ -182,3 +182,49 @@ class ProgramProposer(nn.Module):
                 states[i] = step(states[i], TOKENS[t])
             prev = tok
         return [(seqs[i], float(logp[i])) for i, s in enumerate(states) if s is not None and s.done]
+
+    @torch.no_grad()
+    def beam(
+        self, feats: Tensor, mask: Tensor, labels: Tensor, *, width: int, max_steps: int = 32
+    ) -> list[tuple[list[str], float]]:
+        """About the `width` most probable complete sequences for one support set, by beam
+        search under the grammar's mask: each with its log-probability, best first."""
+        mem, h = self.encode(feats[None], mask[None], labels[None])
+        seqs: list[list[str]] = [[]]
+        states = [start()]
+        logp = torch.zeros(1)
+        prev = torch.full((1,), _ID[BOS], dtype=torch.long)
+        done: list[tuple[list[str], float]] = []
+        for _ in range(max_steps):
+            logits, h2 = self._step(prev, h, mem.expand(len(seqs), -1, -1))
+            lp = torch.log_softmax(logits + self._mask(states, logits), -1) + logp[:, None]
+            flat = lp.reshape(-1)
+            room = width - len(done)
+            n_top = min(room + width, int(torch.isfinite(flat).sum()))
+            if n_top <= 0:
+                break
+            top = torch.topk(flat, n_top)
+            keep_rows, keep_tok, keep_lp = [], [], []
+            for v, j in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+                if done and len(done) >= width and v <= done[-1][1]:
+                    break
+                r, t = divmod(j, lp.shape[1])
+                s = step(states[r], TOKENS[t])
+                if s is None:
+                    continue
+                if s.done:
+                    done.append((seqs[r] + [TOKENS[t]], v))
+                    done.sort(key=lambda d: -d[1])
+                    del done[width:]
+                elif len(keep_rows) < width:
+                    keep_rows.append(r)
+                    keep_tok.append(t)
+                    keep_lp.append((s, v))
+            if not keep_rows or (len(done) >= width and keep_lp[0][1] <= done[-1][1]):
+                break
+            idx = torch.tensor(keep_rows)
+            seqs = [seqs[r] + [TOKENS[t]] for r, t in zip(keep_rows, keep_tok, strict=True)]
+            states = [s for s, _ in keep_lp]
+            logp = torch.tensor([v for _, v in keep_lp])
+            h, prev = h2[idx], torch.tensor(keep_tok)
+        return done

@@ -99,9 +99,9 @@ class GrammarProposer:
 
     holes = True
 
-    def sketches(self, budget: int) -> list[list[str]]:
-        """The `budget` most probable sketches, best first."""
-        return [list(s) for s, _ in grammar_sketches(int(budget))]
+    def sketches(self, budget: int) -> list[tuple[list[str], float]]:
+        """The `budget` most probable sketches and their log-probabilities, best first."""
+        return [(list(s), lp) for s, lp in grammar_sketches(int(budget))]
 
     def config(self) -> dict:
         return {"grammar_only": True}

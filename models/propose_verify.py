@@ -5,6 +5,7 @@ section 3). It answers as `oracles.model_score.Predict` does and reads only the 
 
 from __future__ import annotations
 
+import heapq
 import math
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -43,6 +44,11 @@ class Settings:
             hole filling and repair.
         temperature: sampling temperature of the decoder (0: greedy, one sketch).
         repair: spend a quarter of `k` on one-token changes of the near-misses.
+        fill_decay: how fast a sketch's later fillings fall behind other sketches (the r-th
+            filling costs fill_decay * log(1 + r) in log-probability).
+        decode: ``sample`` (the greedy sketch, then samples at `temperature`, `samples` a
+            round for at most `rounds` rounds) or ``beam`` (beam search: about the k most
+            probable sketches, best first; `temperature` unused).
         max_errors: support scenes a near-miss may label wrong (fallback when none survives).
         samples: sketches sampled per round; rounds: at most this many rounds.
         seed: seeds each episode's sampling together with its support set.
@@ -51,6 +57,8 @@ class Settings:
     k: int = 64
     temperature: float = 1.0
     repair: bool = True
+    fill_decay: float = 1.0
+    decode: str = "sample"
     max_errors: int = 2
     samples: int = 32
     rounds: int = 8
@@ -59,6 +67,8 @@ class Settings:
     def __post_init__(self) -> None:
         self.k = validate.integer(self.k, "learner.k", low=1, high=MAX_K)
         self.temperature = validate.number(self.temperature, "learner.temperature", low=0.0)
+        self.fill_decay = validate.number(self.fill_decay, "learner.fill_decay", low=0.0)
+        self.decode = validate.choice(self.decode, "learner.decode", ("sample", "beam"))
         self.max_errors = validate.integer(self.max_errors, "learner.max_errors", low=0, high=25)
         self.samples = validate.integer(self.samples, "learner.samples", low=1, high=MAX_K)
         self.rounds = validate.integer(self.rounds, "learner.rounds", low=1, high=1000)
@@ -187,25 +197,26 @@ class ProposeVerify:
 
     def search(self, n_obj, props, labels, bits: BitScenes, *, seed: int):
         """Distinct programs proposed for the support set (at most k) and their numbers of
-        wrongly labelled support scenes."""
+        wrongly labelled support scenes.
+
+        K is spent best first over (sketch, filling) pairs: the r-th filling of a sketch of
+        log-probability lp comes at lp - fill_decay * log(1 + r), so a likely sketch gets
+        more of its fillings tried than an unlikely one gets its first."""
         s = self.settings
         budget = s.k if not s.repair else max(1, math.ceil(0.75 * s.k))
         sketches = self._sketches(n_obj, props, labels, budget, seed)
         scores = _value_scores(n_obj, props, labels)
-        fills = [iter(fill_holes(t, scores, budget)) for t in sketches]
+        fills = [fill_holes(t, scores, budget) for t, _ in sketches]
+        queue = [(-lp, i, 0) for i, (_, lp) in enumerate(sketches)]
+        heapq.heapify(queue)
         seen: dict[str, Concept] = {}
-        while fills and len(seen) < budget:  # round robin: each sketch's next best filling
-            live = []
-            for it in fills:
-                text = next(it, None)
-                if text is None:
-                    continue
-                live.append(it)
-                c = parse(text)  # every proposal parses: a failure here is a bug
-                seen.setdefault(c.postfix(), c)
-                if len(seen) >= budget:
-                    break
-            fills = live
+        while queue and len(seen) < budget:
+            _, i, r = heapq.heappop(queue)
+            c = parse(fills[i][r])  # every proposal parses: a failure here is a bug
+            seen.setdefault(c.postfix(), c)
+            if r + 1 < len(fills[i]):
+                lp = sketches[i][1] - s.fill_decay * math.log(r + 2)
+                heapq.heappush(queue, (-lp, i, r + 1))
         programs = list(seen.values())
         errors = support_errors(programs, bits, labels)
         if s.repair and len(programs) < s.k:
@@ -214,25 +225,30 @@ class ProposeVerify:
             errors = np.concatenate([errors, support_errors(extra, bits, labels)])
         return programs, errors
 
-    def _sketches(self, n_obj, props, labels, budget: int, seed: int) -> list[list[str]]:
-        """Distinct decoded sequences, the greedy one first, then samples by decreasing
-        probability, round after round until `budget` of them or a round brings none new."""
+    def _sketches(self, n_obj, props, labels, budget: int, seed: int):
+        """Distinct decoded sequences and their log-probabilities, most probable first: the
+        greedy one, then samples, round after round until `budget` of them or a round brings
+        none new."""
         s = self.settings
         if not isinstance(self.proposer, ProgramProposer):
             return self.proposer.sketches(budget)  # support-free: the same for every episode
         feats, mask = scene_features(n_obj, props)
         lab = torch.as_tensor(labels.astype(np.int64))
+        if s.decode == "beam":
+            return self.proposer.beam(feats, mask, lab, width=budget)
         gen = torch.Generator().manual_seed(int(seed))
-        out: dict[tuple[str, ...], None] = {}
+        out: dict[tuple[str, ...], float] = {}
         for r in range(1 if s.temperature == 0 else s.rounds + 1):
             n, temp = (1, 0.0) if r == 0 else (s.samples, s.temperature)
             got = self.proposer.sample(feats, mask, lab, n=n, temperature=temp, generator=gen)
             before = len(out)
-            for toks, _ in sorted(got, key=lambda g: -g[1]):
-                out.setdefault(tuple(toks), None)
+            for toks, lp in got:
+                key = tuple(toks)
+                out[key] = max(out.get(key, -math.inf), lp)
             if len(out) >= budget or (r > 0 and len(out) == before):
                 break
-        return [list(t) for t in list(out)[:budget]]
+        ranked = sorted(out.items(), key=lambda kv: -kv[1])[:budget]
+        return [(list(t), lp) for t, lp in ranked]
 
     def _repairs(self, programs, errors, seen: dict, room: int) -> list[Concept]:
         """Up to `room` new programs one token away from the near-misses, fewest errors first."""

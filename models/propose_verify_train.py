@@ -189,20 +189,30 @@ def hit_mass(learner: ProposeVerify, bank, sampler: EpisodeSampler) -> dict:
     }
 
 
-def select_settings(learner: ProposeVerify, bank, spec: EpisodeSpec) -> tuple[Settings, list[dict]]:
+#: The search settings `select_settings` tries: how sketches are decoded (samples at a
+#: temperature, or beam search), how fast a sketch's later fillings fall behind
+#: (`Settings.fill_decay`) and whether a quarter of K goes to repairs of near-misses.
+SELECT_GRID: tuple[dict, ...] = tuple(
+    {"decode": decode, "temperature": temp, "fill_decay": decay, "repair": rep}
+    for decode, temp in (("sample", 0.7), ("sample", 1.0), ("beam", 1.0))
+    for decay in (1.0, 4.0)
+    for rep in (False, True)
+)
+
+
+def select_settings(
+    learner: ProposeVerify, bank, spec: EpisodeSpec, grid: tuple[dict, ...] = SELECT_GRID
+) -> tuple[Settings, list[dict]]:
     """The search settings with the highest hit mass on `spec`'s episodes (of held-out
-    training concepts) among a small grid of temperatures and repair on/off (K stays the one
-    asked for)."""
+    training concepts) among `grid` (K stays the one asked for)."""
     sampler = EpisodeSampler.from_spec(bank, spec)
     base, table = learner.settings, []
-    for temp in (0.7, 1.0, 1.5):
-        for rep in (False, True):
-            learner.settings = replace(base, temperature=temp, repair=rep)
-            learner._cache = None
-            row = {"temperature": temp, "repair": rep, **hit_mass(learner, bank, sampler)}
-            table.append(row)
+    for point in grid:
+        learner.settings = replace(base, **point)
+        learner._cache = None
+        table.append({**point, **hit_mass(learner, bank, sampler)})
     best = max(table, key=lambda r: (r["hit_mass"], r["recall"]))
-    learner.settings = replace(base, temperature=best["temperature"], repair=best["repair"])
+    learner.settings = replace(base, **{k: best[k] for k in grid[0]})
     return learner.settings, table
 
 
