@@ -16,7 +16,9 @@ from curi.oracles.paper import BASELINE_SPLITS, PAPER_LANGUAGE_GAIN, paper_basel
 __all__ = ["baseline_table", "table_markdown", "write_baseline_table"]
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+def _mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    if all(x is None for x in values):  # e.g. no best val mAP: a learner chosen without val
+        return None, None
     v = np.asarray(values, np.float64)
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else None
 
@@ -32,14 +34,16 @@ def baseline_table(
     settings: Mapping | None = None,
 ) -> dict:
     """One row per (configuration, split): test mAP and CBA averaged over the training seeds,
-    the paper's test mAP of the same modality and pooling (its alpha = 0 number, in [0, 1]),
-    the difference, and the oracles' mAP on the same test episodes (strong, weak, random and
-    prior-only: the prior predictive, what a learner has before it sees an episode).
+    the paper's test mAP of the same modality and pooling (its alpha = 0 number, in [0, 1];
+    None for another learner than the protonet, which the paper has not), the difference, and
+    the oracles' mAP on the same test episodes (strong, weak, random and prior-only: the prior
+    predictive, what a learner has before it sees an episode).
 
     Args:
         results: per-run results (keys ``config``, ``split``, ``seed``, ``modality``,
             ``pooling``, ``alpha``, ``negatives``, ``test_map``, ``test_cba``, ``best_val_map``,
-            ``checkpoint_step``, ``steps``, ``train_seconds``).
+            ``checkpoint_step``, ``steps``, ``train_seconds``; ``learner`` when it is not
+            ``protonet``).
         oracle_rows: (split, negatives) -> a `curi.oracles.gap` row (``map_strong``, ...).
         settings: written with the table (bank, episodes, seeds, ...).
 
@@ -55,13 +59,19 @@ def baseline_table(
         groups.items(), key=lambda kv: (configs.index(kv[0][0]), _split_order(kv[0][1]))
     ):
         first = rs[0]
+        learner = first.get("learner", "protonet")
         mean, std = _mean_std([r["test_map"] for r in rs])
-        paper = paper_baseline(first["modality"], first["pooling"], split, first["negatives"])
+        paper = (
+            paper_baseline(first["modality"], first["pooling"], split, first["negatives"])
+            if learner == "protonet"
+            else None
+        )
         orc = (oracle_rows or {}).get((split, first["negatives"])) or {}
         rows.append(
             {
                 "config": config,
                 "split": split,
+                "learner": learner,
                 "modality": first["modality"],
                 "pooling": first["pooling"],
                 "alpha": first["alpha"],
@@ -97,6 +107,14 @@ def _pct(x: float | None, std: float | None = None) -> str:
     return f"{100 * x:.1f}" + ("" if std is None else f" ± {100 * std:.1f}")
 
 
+def _paper(r: Mapping, *, std: bool = True) -> str:
+    """The paper's cell of a row: its number (with its std), ``n/a`` where the paper has no
+    such protonet, or ``—`` for another learner (not a model of the paper)."""
+    if r.get("learner", "protonet") != "protonet":
+        return "—"
+    return _pct(r["paper_map"], r["paper_map_std"] if std else None)
+
+
 def table_markdown(table: Mapping) -> str:
     """The table as Markdown: test mAP % per split (rows) and configuration (columns), the
     paper's number in brackets, the oracles last; then one line per (configuration, split)."""
@@ -117,7 +135,7 @@ def table_markdown(table: Mapping) -> str:
                 cells.append("–")
                 continue
             orc = orc or r
-            cells.append(f"{_pct(r['test_map'])} ({_pct(r['paper_map'])})")
+            cells.append(f"{_pct(r['test_map'])} ({_paper(r, std=False)})")
         lines.append(
             f"| {s} | " + " | ".join(cells) + f" | {_pct(orc['oracle_strong'])} | "
             f"{_pct(orc['oracle_weak'])} | {_pct(orc.get('oracle_prior'))} |"
@@ -129,7 +147,13 @@ def table_markdown(table: Mapping) -> str:
         f"{st.get('seeds')}), {st.get('episodes')} test episodes of seed "
         f"{st.get('eval_seed')} on bank {st.get('bank')!r}; in brackets the paper's "
         "(Appendix G.7: mean of 3 runs of 1M steps, without language); n/a: the paper has "
-        "no such model.",
+        "no such model"
+        + (
+            "; —: another learner than the paper's prototypical networks (docs/learners.md), "
+            "its best val mAP n/a as it chooses on held-out training concepts."
+            if any(r.get("learner", "protonet") != "protonet" for r in rows)
+            else "."
+        ),
         "",
     ]
     if any(alpha.values()):
@@ -158,9 +182,10 @@ def table_markdown(table: Mapping) -> str:
     ]
     for r in rows:
         diff = "n/a" if r["diff"] is None else f"{100 * r['diff']:+.1f}"
+        diff = "—" if _paper(r) == "—" else diff
         lines.append(
             f"| {r['config']} | {r['split']} | {_pct(r['test_map'], r['test_map_std'])} | "
-            f"{_pct(r['paper_map'], r['paper_map_std'])} | {diff} | {_pct(r['test_cba'])} | "
+            f"{_paper(r)} | {diff} | {_pct(r['test_cba'])} | "
             f"{_pct(r['best_val_map'])} | {', '.join(map(str, r['checkpoint_steps']))} / "
             f"{r['steps']} | {r['train_seconds']:.0f} |"
         )

@@ -1,12 +1,13 @@
 """The paper's baseline table reproduced (paper section 5, Appendix G.7): every configuration
 (modality x pooling x alpha) trained on each of its splits, the checkpoint with the best val mAP
 evaluated on test episodes beside the oracles on the same episodes, and one table of test mAP
-written next to the paper's numbers. Each run is a job (`curi.jobs`: in this process, local
-processes, SLURM or Ray) with its own folder; finished runs are skipped and interrupted ones
-resume, so the same command continues a sweep, and the table is collected from the folders
-(`collect_baselines`, also after the jobs of a SLURM submission end). The sweep's plan
-(`parse_baselines`, `plan_runs`) lives in `curi.models.sweep_plan`; the command line is
-`curi.models.cli`."""
+written next to the paper's numbers; a configuration of another learner
+(``schema-propose_verify``, docs/learners.md) is trained and tested on the same splits and test
+episodes. Each run is a job (`curi.jobs`: in this process, local processes, SLURM or Ray) with
+its own folder; finished runs are skipped and interrupted ones resume, so the same command
+continues a sweep, and the table is collected from the folders (`collect_baselines`, also after
+the jobs of a SLURM submission end). The sweep's plan (`parse_baselines`, `plan_runs`) lives in
+`curi.models.sweep_plan`; the command line is `curi.models.cli`."""
 
 from __future__ import annotations
 
@@ -43,15 +44,23 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def _identity(run: RunConfig, evaluation: Mapping, threads: int) -> dict:
+def _identity(
+    run: RunConfig, evaluation: Mapping, threads: int, *, learner: Mapping | None = None
+) -> dict:
     """What makes a run folder's results: the run's config less where it ran, the test
-    evaluation's settings and the job's torch threads."""
+    evaluation's settings and the job's torch threads; for a `learner` other than the
+    protonet, its options and the run's bank, split, negatives and seed instead of the
+    run's config (it has no pooling nor train settings of its own)."""
+    ev = {k: evaluation[k] for k in ("episodes", "seed", "negatives")}
+    if learner is not None and learner["name"] != "protonet":
+        keys = ("bank", "split", "negatives", "seed")
+        d = {k: v for k, v in run.to_dict().items() if k in keys}
+        return {"learner": dict(learner), "run": d, "eval": ev, "threads": threads}
     d = run.to_dict()
     for k in ("device", "data_dir"):
         d.pop(k)
     for k in ("num_workers", "log_every", "eval_chunk", "eval_batch_size", "cuda_graph"):
         d["train"].pop(k)
-    ev = {k: evaluation[k] for k in ("episodes", "seed", "negatives")}
     return {"run": d, "eval": ev, "threads": threads}
 
 
@@ -82,6 +91,7 @@ _RESULT = {
     **dict.fromkeys(("seed", "checkpoint_step", "steps"), int),
     **dict.fromkeys(("alpha", "train_seconds"), float),
     **dict.fromkeys(("test_map", "test_cba", "best_val_map"), _NUMBER),
+    "learner?": str,  # absent: a protonet (as every run before other learners)
 }
 _ORACLES = {
     "eval": dict,
@@ -190,9 +200,17 @@ def run_job(
     bank = _bank_at(bank) if isinstance(bank, str) else bank
     remove(r.dir / "failed.json", root=r.dir, link=True)
     try:
-        result = _train_and_test(
-            r, bank, evaluation, num_workers=num_workers, batch_size=batch_size, progress=progress
-        )
+        if r.baseline.protonet:
+            result = _train_and_test(
+                r,
+                bank,
+                evaluation,
+                num_workers=num_workers,
+                batch_size=batch_size,
+                progress=progress,
+            )
+        else:
+            result = _train_and_test_learner(r, bank, evaluation, progress=progress)
     except BaseException as e:
         _write_failure(r.dir, f"{type(e).__name__}: {e}")
         raise
@@ -287,6 +305,66 @@ def _train_and_test(
         "eval_seconds": round(time.perf_counter() - t1, 1),
         "device": summary["device"],
         "threads": torch.get_num_threads(),  # as the job ran: run.json's, set by the launcher
+        "dir": str(r.dir),
+    }
+
+
+def _train_and_test_learner(r: BaselineRun, bank, evaluation: Mapping, *, progress: bool) -> dict:
+    """A run of another learner than the protonet (``propose_verify``): trained by
+    `curi.models.propose_verify_train.train_run` in ``<run dir>/train`` on the split's
+    training concepts (a trained run is tested without training again; an interrupted one
+    trains again, as it keeps no partial checkpoint), then tested by `evaluate_run` on the
+    sweep's test episodes; writes ``eval/metrics.json``."""
+    import torch
+
+    from curi.episodes import EpisodeSpec
+    from curi.models.propose_verify_train import evaluate_run, train_run
+
+    out = r.dir / "train"
+    ckpt = out / "checkpoints" / "best.pt"
+    spent = _read_file(r.dir / "timing.json", _TIMING, "timing file", "remove it")
+    summary = _read_json(out / "summary.json")
+    if spent is None or not isinstance(summary, dict) or not ckpt.is_file():
+        opts = {k: v for k, v in r.baseline.learner.items() if k != "name"}
+        t0, c0 = time.perf_counter(), time.process_time()
+        summary = train_run(
+            bank, r.run.split, opts, negatives=r.run.negatives, seed=r.seed, out_dir=out
+        )
+        spent = {
+            "train_seconds": time.perf_counter() - t0,
+            "train_cpu_seconds": time.process_time() - c0,
+        }
+        write_text(r.dir / "timing.json", json.dumps(spent) + "\n")
+    t1 = time.perf_counter()
+    ev = evaluation
+    spec = EpisodeSpec(r.split, "test", ev["negatives"], seed=ev["seed"], size=ev["episodes"])
+    metrics = evaluate_run(ckpt, bank, spec, oracles=False, progress=progress)
+    write_text(r.dir / "eval" / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    history = summary.get("history") or [{"step": 0, "held_loss": 0.0}]
+    fallback = summary.get("fallback") or {}
+    return {
+        "config": r.baseline.name,
+        "split": r.split,
+        "seed": r.seed,
+        "learner": r.baseline.learner["name"],
+        "modality": "schema",
+        "pooling": fallback.get("pooling", "none"),  # of its fallback protonet
+        "alpha": 0.0,
+        "negatives": ev["negatives"],
+        "test_map": metrics["map"],
+        "test_cba": metrics["cba"],
+        "test_episodes": metrics["episodes"],
+        "best_val_map": None,  # chosen on held-out training concepts, never on val
+        "checkpoint_step": int(min(history, key=lambda h: h["held_loss"])["step"]),
+        "steps": int(r.baseline.learner["steps"]),
+        "fallback_rate": metrics["fallback_rate"],
+        "fallback_model_rate": metrics["fallback_model_rate"],
+        "map_answered": metrics["map_answered"],
+        "train_seconds": round(spent["train_seconds"], 1),
+        "train_cpu_seconds": round(spent["train_cpu_seconds"], 1),
+        "eval_seconds": round(time.perf_counter() - t1, 1),
+        "device": "cpu",
+        "threads": torch.get_num_threads(),
         "dir": str(r.dir),
     }
 
@@ -399,7 +477,8 @@ def _plan_jobs(
         ev = {**evaluation, "negatives": r.run.negatives}
         name = f"{r.baseline.name}/{r.split}/seed{r.seed}"
         plan.append({"name": name, "dir": str(r.dir.relative_to(out_dir))})
-        if _claim(r, _identity(r.run, ev, threads), force, out_dir) is None:
+        ident = _identity(r.run, ev, threads, learner=r.baseline.learner)
+        if _claim(r, ident, force, out_dir) is None:
             jobs.append(Job(name, run_job, (r, where, ev), dict(job_kw)))
         else:
             log.info("%s: finished before; skipped", name)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from curi.registry import Registry
 
-__all__ = ["LEARNERS", "learner_options", "list_learners", "register_learner"]
+__all__ = ["FALLBACK_POOLING", "LEARNERS", "learner_options", "list_learners", "register_learner"]
 
 LEARNERS: Registry = Registry("learner")
 register_learner = LEARNERS.register
+#: The pooler of propose_verify's fallback protonet (`curi.models.protonet_fallback`): the
+#: cheapest of the paper's four (a mean over objects, then an MLP).
+FALLBACK_POOLING = "avg"
 
 
 def list_learners() -> list[str]:

@@ -16,13 +16,12 @@ import torch
 
 from curi import validate
 from curi.errors import ConfigError
+from curi.models.learners import FALLBACK_POOLING
 from curi.splits import Split
 
 __all__ = ["FALLBACK_POOLING", "ProtonetPredict", "fallback_from_checkpoint", "train_fallback"]
 
 log = logging.getLogger(__name__)
-#: The fallback's pooler: the cheapest of the paper's four (a mean over objects, then an MLP).
-FALLBACK_POOLING = "avg"
 
 
 def train_fallback(

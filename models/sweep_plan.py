@@ -1,6 +1,8 @@
 """The plan of a baseline sweep (`curi.models.baselines`): its configurations checked
 (`parse_baselines`) and expanded into one run per configuration, split and seed with its
-config and folder (`plan_runs`)."""
+config and folder (`plan_runs`). A configuration is a prototypical network (the paper's), or
+another learner of `curi.models.learners` (``learner: propose_verify``) run on the same
+splits and test episodes."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from curi.presets import list_presets, load_preset
 
 __all__ = ["Baseline", "BaselineRun", "parse_baselines", "plan_runs"]
 
-_KEYS = ("name", "modality", "pooling", "alpha", "splits", "train")
+_KEYS = ("name", "modality", "pooling", "alpha", "splits", "train", "learner", "default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,11 @@ class Baseline:
         alpha: weight of the concept-decoding loss (paper: 0, or 1 "with language").
         splits: names of ``conf/split`` presets it is trained and tested on.
         train: train settings of this configuration over the shared ones.
+        learner: the learner and its checked options (`curi.models.learners`):
+            ``{"name": "protonet"}``, or e.g. ``propose_verify``'s, which trains with its own
+            options instead of `pooling` and `train` (its `pooling` is its fallback's).
+        default: part of the sweep when no configuration is named (``only``); False: run
+            only when named.
     """
 
     name: str
@@ -38,6 +45,13 @@ class Baseline:
     alpha: float
     splits: tuple[str, ...]
     train: dict
+    learner: dict = dataclasses.field(default_factory=lambda: {"name": "protonet"})
+    default: bool = True
+
+    @property
+    def protonet(self) -> bool:
+        """Whether this configuration is a prototypical network (else another learner)."""
+        return self.learner["name"] == "protonet"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,32 +81,66 @@ def _preset(group: str, spec, where: str, device: str | None) -> dict:
     return out
 
 
+def _splits(splits, where: str) -> tuple[str, ...]:
+    """`splits` (a name or a list of names of ``conf/split`` presets), checked, in order."""
+    splits = [splits] if isinstance(splits, str) else splits
+    known = list_presets("split")
+    if not splits or not isinstance(splits, Sequence):
+        raise ConfigError(f"{where} must be a list of split names ({', '.join(known)})")
+    bad = [s for s in splits if s not in known]
+    if bad:
+        raise ConfigError(f"{where}: unknown splits {bad}; known: {', '.join(known)}")
+    return tuple(dict.fromkeys(splits))
+
+
+def _learner(c: Mapping, where: str) -> dict:
+    """The configuration's learner (``learner``: a name in ``conf/learner`` or a mapping with a
+    name and options over its preset), its options not yet checked (`_checked`); a learner
+    other than the protonet takes neither ``pooling``, ``alpha`` nor ``train`` (its own
+    options replace them)."""
+    from curi.models.learners import LEARNERS
+
+    learner = _preset("learner", c.get("learner", "protonet"), where, None)
+    LEARNERS.get(learner["name"])  # an unknown name: OptionError naming the known ones
+    if learner["name"] != "protonet":
+        given = [k for k in ("pooling", "alpha", "train") if c.get(k) not in (None, 0, {})]
+        if given:
+            raise ConfigError(
+                f"{where}: {', '.join(given)} configure a protonet, not learner="
+                f"{learner['name']}; give its options in {where}.learner"
+            )
+    return learner
+
+
 def _baseline(i: int, c, render_device: str | None) -> Baseline:
+    from curi.models.learners import FALLBACK_POOLING
+
     where = f"configs[{i}]"
     if not isinstance(c, Mapping):
         raise ConfigError(f"{where} must be a mapping with keys {', '.join(_KEYS)}; got {c!r}")
     unknown = sorted(set(c) - set(_KEYS))
     if unknown:
         raise ConfigError(f"{where}: unknown keys {unknown}; valid: {', '.join(_KEYS)}")
-    modality = _preset("modality", c.get("modality"), where, render_device)
-    pooling = _preset("pooling", c.get("pooling"), where, None)
+    learner = _learner(c, where)
+    protonet = learner["name"] == "protonet"
+    modality = _preset(
+        "modality", c.get("modality", None if protonet else "schema"), where, render_device
+    )
+    if not protonet and modality["name"] != "schema":
+        raise ConfigError(f"{where}: learner={learner['name']} reads modality schema only")
+    pooling = _preset("pooling", c.get("pooling") if protonet else FALLBACK_POOLING, where, None)
     alpha = float(validate.number(c.get("alpha", 0.0), f"{where}.alpha", low=0, high=1e6))
-    splits = c.get("splits")
-    splits = [splits] if isinstance(splits, str) else splits
-    known = list_presets("split")
-    if not splits or not isinstance(splits, Sequence):
-        raise ConfigError(f"{where}.splits must be a list of split names ({', '.join(known)})")
-    bad = [s for s in splits if s not in known]
-    if bad:
-        raise ConfigError(f"{where}.splits: unknown splits {bad}; known: {', '.join(known)}")
+    splits = _splits(c.get("splits"), f"{where}.splits")
     train_over = dict(c.get("train") or {})
     if "alpha" in train_over:
         raise ConfigError(f"{where}: give alpha as {where}.alpha, not in its train settings")
-    name = c.get("name") or f"{modality['name']}-{pooling['name']}" + (
-        f"-alpha{alpha:g}" if alpha else ""
-    )
+    kind = pooling["name"] if protonet else learner["name"]
+    name = c.get("name") or f"{modality['name']}-{kind}" + (f"-alpha{alpha:g}" if alpha else "")
     safe_name(str(name), f"{where}.name")
-    return Baseline(str(name), modality, pooling, alpha, tuple(dict.fromkeys(splits)), train_over)
+    default = c.get("default", True)
+    if not isinstance(default, bool):
+        raise ConfigError(f"{where}.default must be true or false, got {default!r}")
+    return Baseline(str(name), modality, pooling, alpha, splits, train_over, learner, default)
 
 
 def parse_baselines(
@@ -107,9 +155,13 @@ def parse_baselines(
     Args:
         configs: mappings with ``modality`` and ``pooling`` (preset names, or mappings with a
             ``name`` and overrides), ``splits`` (names), optional ``alpha`` (default 0),
-            ``name`` (default ``<modality>-<pooling>[-alpha<a>]``) and ``train`` (settings of
-            this configuration over the shared ones).
-        only: keep these configurations (by name), in this order.
+            ``name`` (default ``<modality>-<pooling>[-alpha<a>]``), ``train`` (settings of
+            this configuration over the shared ones), ``learner`` (default ``protonet``; or
+            ``propose_verify``, a name or a mapping with a name and its options, with neither
+            pooling, alpha nor train: default name ``schema-propose_verify``) and ``default``
+            (false: only run when named in `only`).
+        only: keep these configurations (by name), in this order; None: every configuration
+            but those marked ``default: false``.
         splits: run every configuration on these splits instead of its own.
         render_device: where image and sound scenes render (``cpu`` or ``cuda``), for every
             configuration whose modality has a device option.
@@ -130,12 +182,26 @@ def parse_baselines(
         if missing:
             raise ConfigError(f"only: unknown configurations {missing}; known: {names}")
         out = [out[names.index(n)] for n in dict.fromkeys(only)]
+    else:
+        out = [b for b in out if b.default]
+        if not out:
+            raise ConfigError("every configuration is default: false; name some in only=")
     if splits is not None:
-        out = [
-            _baseline(i, {**dataclasses.asdict(b), "splits": list(splits)}, None)
-            for i, b in enumerate(out)
-        ]
-    return out
+        out = [dataclasses.replace(b, splits=_splits(splits, "splits")) for b in out]
+    return [_checked(b) for b in out]
+
+
+def _checked(b: Baseline) -> Baseline:
+    """`b` with its learner's options checked and completed (`curi.models.learners`): only for
+    the configurations a sweep runs, as checking another learner's imports torch."""
+    from curi.models.learners import learner_options
+
+    opts = dict(b.learner)
+    try:
+        learner = learner_options(opts.pop("name"), opts)
+    except ConfigError as e:
+        raise ConfigError(f"configuration {b.name}: {e}") from None
+    return dataclasses.replace(b, learner=learner)
 
 
 def plan_runs(
@@ -185,7 +251,7 @@ def plan_runs(
                 )
                 where = Path(out_dir) / "runs" / b.name / split / f"seed{seed}"
                 out.append(BaselineRun(b, split, seed, run, where))
-        if models:
+        if models and b.protonet:
             from curi.models.data import make_renderer
 
             build_model(out[-1].run, make_renderer(b.modality))  # options the model refuses

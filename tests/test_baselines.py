@@ -160,6 +160,12 @@ def test_default_sweep_is_the_baseline_table():
     assert [b.splits for b in parse_baselines(c["configs"], splits=["counting"])] == [
         ("counting",)
     ] * 4
+    # another learner: not in the default sweep, selectable by name, on the nine splits
+    (pv,) = parse_baselines(c["configs"], only=["schema-propose_verify"])
+    assert pv.learner == {**load_preset("learner", "propose_verify"), "name": "propose_verify"}
+    assert not pv.default and set(pv.splits) == nine and pv.modality["name"] == "schema"
+    runs = plan_runs([pv], bank=c["bank"], train=c["train"], out_dir="/o")  # builds no model
+    assert [r.dir.parts[-3:] for r in runs][0] == ("schema-propose_verify", "instance_iid", "seed0")
 
 
 @pytest.mark.parametrize(
@@ -191,6 +197,21 @@ def test_default_sweep_is_the_baseline_table():
             "name",
         ),
         ([{"modality": "schema", "pooling": "avg", "splits": ["boolean"]}] * 2, "repeated"),
+        ([{"learner": "bogus", "splits": ["boolean"]}], "unknown learner"),
+        ([{"learner": {"name": "propose_verify", "k": 0}, "splits": ["boolean"]}], "learner.k"),
+        (
+            [{"learner": "propose_verify", "pooling": "avg", "splits": ["boolean"]}],
+            "pooling configure a protonet, not learner=propose_verify",
+        ),
+        (
+            [{"learner": "propose_verify", "modality": "image", "splits": ["boolean"]}],
+            "modality schema only",
+        ),
+        ([{"learner": "propose_verify", "splits": ["boolean"], "default": "no"}], "default"),
+        (
+            [{"learner": "propose_verify", "splits": ["boolean"], "default": False}],
+            "name some in only=",
+        ),
     ],
 )
 def test_bad_configurations_are_clear_errors(configs, match):
@@ -338,6 +359,17 @@ def test_table_averages_seeds_and_marks_what_the_paper_lacks():
     assert "| mcd | – | 30.0 (n/a) | n/a | n/a | n/a |" in md
     assert lang["oracle_prior"] == 0.1
     assert "| lang | boolean | 45.0 ± 7.1 | 51.1 ± 1.4 | -6.1 |" in md
+    assert "another learner" not in md
+    # another learner: no paper number even where the paper has its modality and pooling
+    pv = {**res("pv", "boolean", 0, 0.6, pooling="avg"), "learner": "propose_verify"}
+    pv["best_val_map"] = None  # chosen on held-out training concepts, never on val
+    table = baseline_table([*results, pv], settings={"bank": "b"})
+    row = {(r["config"], r["split"]): r for r in table["rows"]}[("pv", "boolean")]
+    assert row["learner"] == "propose_verify" and row["paper_map"] is row["diff"] is None
+    assert row["best_val_map"] is None
+    md = table_markdown(table)
+    assert "| boolean | 45.0 (51.1) | – | 60.0 (—) |" in md and "—: another learner" in md
+    assert "| pv | boolean | 60.0 | — | — | 70.0 | n/a |" in md
 
 
 @pytest.mark.parametrize("link", ["configuration", "run"])
@@ -545,3 +577,57 @@ def test_the_training_sampler_is_part_of_a_runs_identity(tiny_bank):
         {"bank": tiny_bank.config, "train": {"sampler": "loader", "cuda_graph": False}}
     )
     assert _identity(graph, ev, 1) == _identity(runs[0], ev, 1)  # how a step runs is not
+
+
+PV = (
+    "configs=[{name: pv, learner: {name: propose_verify, steps: 2, batch: 2, k: 4, "
+    "select_episodes: 2, fallback_steps: 2}, default: false, splits: [concept_iid]}]"
+)
+
+
+def test_the_propose_verify_learner_runs_as_a_configuration(tiny_bank_dir, tmp_path, monkeypatch):
+    """Trained by its own training on the split's training concepts, tested by `evaluate_run`
+    on the sweep's test episodes beside the oracles; its paper cell is "—"; a finished run is
+    skipped and a trained one is tested without training again."""
+    import curi.models.propose_verify_train as pv_mod
+
+    out = tmp_path / "bl"
+    cfg = _cfg(*TINY, PV, "only=[pv]", f"data_dir={tiny_bank_dir.parent}", f"output_dir={out}")
+    models_cli.baselines(cfg)
+    table = json.loads((out / "baselines.json").read_text())
+    (row,) = table["rows"]
+    run = out / "runs" / "pv" / "concept_iid" / "seed0"
+    metrics = json.loads((run / "eval" / "metrics.json").read_text())
+    result = json.loads((run / "result.json").read_text())
+    assert metrics["learner"] == "propose_verify" and metrics["episodes"] == 6
+    assert row["learner"] == "propose_verify" and row["test_map"] == metrics["map"]
+    assert row["paper_map"] is None and row["steps"] == 2 and row["best_val_map"] is None
+    assert result["fallback_model_rate"] == metrics["fallback_model_rate"]
+    assert result["pooling"] == "avg"  # of its fallback protonet
+    assert (run / "train" / "checkpoints" / "best.pt").is_file()
+    oracle = json.loads((out / "oracles" / "concept_iid.json").read_text())["row"]
+    assert row["oracle_strong"] == oracle["map_strong"]  # the same test episodes
+    assert "| concept_iid | " in (md := (out / "baselines.md").read_text()) and "(—)" in md
+    ident = json.loads((run / "run.json").read_text())
+    assert ident["learner"]["fallback_steps"] == 2 and "train" not in ident["run"]
+
+    def refuse(*a, **k):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(pv_mod, "train_run", refuse)
+    models_cli.baselines(cfg)  # finished: skipped
+    assert json.loads((out / "baselines.json").read_text())["rows"] == table["rows"]
+    (run / "result.json").unlink()  # trained, not yet tested: tested without training
+    models_cli.baselines(cfg)
+    again = json.loads((out / "baselines.json").read_text())["rows"]
+    assert [r["test_map"] for r in again] == [row["test_map"]]
+    with pytest.raises(ConfigError, match="other settings"):
+        models_cli.baselines(
+            _cfg(
+                *TINY,
+                PV.replace("k: 4", "k: 5"),
+                "only=[pv]",
+                f"data_dir={tiny_bank_dir.parent}",
+                f"output_dir={out}",
+            )
+        )
