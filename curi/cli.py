@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
 import re
-import stat
 import sys
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -35,7 +33,7 @@ from curi.options import (
     load_options,
     summary,
 )
-from curi.paths import as_folder, output_path
+from curi.paths import as_folder, foreign, output_path
 from curi.presets import CONF_PACKAGE, conf_dir
 
 __all__ = ["main"]
@@ -283,14 +281,9 @@ class RunRecord:
     @staticmethod
     def check(folder: Path) -> None:
         """Refuse a record folder that is a symlink or not a folder (never written through)."""
-        try:
-            mode = os.lstat(folder).st_mode
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise ConfigError(f"cannot keep the run's config in {folder}: {e.strerror}") from None
-        if not stat.S_ISDIR(mode):
-            what = f"a symlink to {os.readlink(folder)}" if stat.S_ISLNK(mode) else "not a folder"
+        found = foreign(folder, folder=True, cannot=f"cannot keep the run's config in {folder}")
+        if found is not None:
+            what = f"a symlink to {found.target}" if found.target is not None else "not a folder"
             raise ConfigError(
                 f"the run's config goes to {folder}, which is {what}; give another output_dir"
             )

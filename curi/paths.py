@@ -17,12 +17,15 @@ import re
 import stat
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from curi import atomic
 from curi.errors import ConfigError, CuriError
 
 __all__ = [
+    "Foreign",
     "as_folder",
+    "foreign",
     "inside",
     "open_regular",
     "output_path",
@@ -102,6 +105,39 @@ def _kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     return "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+
+
+class Foreign(NamedTuple):
+    """What stands where a command keeps its own folder or file (`foreign`)."""
+
+    kind: str  # "a symlink", "a file", "a folder", "a FIFO", ...
+    target: str | None = None  # a symlink's target
+
+
+def foreign(path: str | Path, *, folder: bool, cannot: str) -> Foreign | None:
+    """What stands at `path`, where a command keeps its own folder (`folder`) or regular file,
+    when it is something else; None when nothing is there, or that folder or file itself. A
+    symlink is never the command's own, whatever it points to (`lstat`, never followed): a
+    command writing, replacing or deleting through it would do so in the link's target.
+
+    Args:
+        cannot: the start of the message when `path` cannot be looked at (``"cannot read
+            X"``); ``: <why>`` is added.
+
+    Raises:
+        ConfigError: `path` cannot be looked at (a name too long, no permission ...).
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfigError(f"{cannot}: {e.strerror or e}") from None
+    if stat.S_ISLNK(mode):
+        return Foreign("a symlink", os.readlink(path))
+    if (stat.S_ISDIR if folder else stat.S_ISREG)(mode):
+        return None
+    return Foreign("a file" if stat.S_ISREG(mode) else _kind(mode))
 
 
 def regular_file(path: str | Path, what: str, error: type[CuriError] = ConfigError) -> Path:

@@ -21,7 +21,7 @@ import numpy as np
 from curi.atomic import owner_alive, remove, temporaries, write_text
 from curi.errors import ConfigError
 from curi.oracles.report import markdown_table, write_report
-from curi.paths import read_text
+from curi.paths import foreign, read_text
 from curi.schema import check_shape
 from curi.splits import Split
 
@@ -220,15 +220,10 @@ class GapFolder:
         """
         for name in _FILES:
             path = self.out / name
-            try:
-                mode = os.lstat(path).st_mode
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
-            if not stat.S_ISREG(mode):
-                link = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
-                kind = "a folder" if stat.S_ISDIR(mode) else link
+            found = foreign(path, folder=False, cannot=f"cannot read {path}")
+            if found is not None:
+                plain = found.kind in ("a symlink", "a folder")
+                kind = found.kind if plain else "not a regular file"
                 raise ConfigError(
                     f"{path} is {kind}, not the file curi gap writes there; move it out of "
                     "the folder (curi gap deletes nothing of yours), or use another output_dir"

@@ -15,7 +15,7 @@ from conftest import run_curi
 
 from curi import build_bank, load_bank, make_split
 from curi.errors import ConfigError, SplitError
-from curi.paths import as_folder, inside, output_path, read_text, safe_name
+from curi.paths import Foreign, as_folder, foreign, inside, output_path, read_text, safe_name
 from curi.presets import conf_dir
 
 SMALL = {"num_scenes": 1000, "num_draws": 1000, "seed": 0, "workers": 1}  # builds in < 1 s
@@ -104,6 +104,32 @@ def test_inside_turns_a_symlink_loop_into_a_clean_error(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(ConfigError, match="cannot resolve"):
         inside(tmp_path, "loop/m.json", what="eval out")
+
+
+def test_foreign_names_what_stands_where_a_command_keeps_its_own(tmp_path):
+    """One check, by `lstat`, of a command's own folder or file (the run record, the gap
+    table's files, an export's staging and parts folders): a symlink is never its own."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
+    for name in ("folder", "file"):
+        (tmp_path / f"link_{name}").symlink_to(tmp_path / name)
+    want = {
+        ("missing", True): None,
+        ("folder", True): None,
+        ("file", True): Foreign("a file"),
+        ("fifo", True): Foreign("a FIFO"),
+        ("link_folder", True): Foreign("a symlink", str(tmp_path / "folder")),
+        ("missing", False): None,
+        ("file", False): None,
+        ("folder", False): Foreign("a folder"),
+        ("fifo", False): Foreign("a FIFO"),
+        ("link_file", False): Foreign("a symlink", str(tmp_path / "file")),
+    }
+    for (name, folder), found in want.items():
+        assert foreign(tmp_path / name, folder=folder, cannot="x") == found, (name, folder)
+    with pytest.raises(ConfigError, match="^cannot use it: File name too long$"):
+        foreign(tmp_path / ("n" * 5000), folder=True, cannot="cannot use it")
 
 
 def test_output_path_accepts_what_a_command_can_write(tmp_path):

@@ -23,7 +23,6 @@ import io
 import json
 import logging
 import os
-import stat
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any
 from curi import validate
 from curi.atomic import atomic_path, remove, write_text
 from curi.errors import ConfigError, CuriError
-from curi.paths import open_regular, read_text
+from curi.paths import foreign, open_regular, read_text
 
 __all__ = [
     "MAX_JOBS",
@@ -96,22 +95,18 @@ def _own_folder(folder: Path, what: str) -> None:
     Raises:
         ConfigError: naming `what`, the path and what is there instead.
     """
-    try:
-        mode = os.lstat(folder).st_mode
-    except FileNotFoundError:
+    found = foreign(folder, folder=True, cannot=f"cannot use {what} {folder}")
+    if found is None:
         return
-    except OSError as e:
-        raise ConfigError(f"cannot use {what} {folder}: {e.strerror or e}") from None
-    if stat.S_ISLNK(mode):
+    if found.target is not None:
         raise ConfigError(
-            f"{what} {folder} is a symlink (to {os.readlink(folder)}); curi keeps the parts "
+            f"{what} {folder} is a symlink (to {found.target}); curi keeps the parts "
             "of an export in a folder of its own there: remove the link"
         )
-    if not stat.S_ISDIR(mode):
-        raise ConfigError(
-            f"{what} {folder} is a file, not a folder; remove it (curi keeps the parts of an "
-            "export there)"
-        )
+    raise ConfigError(
+        f"{what} {folder} is a file, not a folder; remove it (curi keeps the parts of an "
+        "export there)"
+    )
 
 
 def digest(settings: dict) -> str:
