@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # torch is imported where a run needs it: a config is checked
     from curi.renderers import Renderer
 
 __all__ = [
+    "ELEMENTWISE_DTYPES",
     "SAMPLERS",
     "RunConfig",
     "TrainSettings",
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 _AMP_DTYPES = ("bfloat16", "float16")  # names of torch dtypes
+#: ``train.elementwise_dtype``: the relation net's masked BatchNorms' per-row dtype.
+ELEMENTWISE_DTYPES = ("float32", "bfloat16")
 _MAX_BATCH = 100_000  # episodes per batch
 # integer train settings and their ranges (the upper bounds keep a run's arrays in memory)
 _TRAIN_INTS = {
@@ -101,7 +104,15 @@ class TrainSettings:
         channels_last: keep image encoders' weights in channels-last memory order (faster
             convolutions on tensor cores; image modality only).
         fused_adam: the fused CUDA kernel of Adam (CUDA only; ignored on the CPU).
-        compile: `torch.compile` the model (slow first steps, then faster; off by default).
+        compile: `torch.compile` the whole step: the model (Inductor fuses the relation net's
+            masked BatchNorm and ReLU chains), gradient clipping and Adam; with a CUDA graph
+            (`cuda_graph`) the compiled step is captured and replayed. Slow first steps, then
+            faster; off by default.
+        elementwise_dtype: the dtype of the per-row work of the relation net's masked
+            BatchNorms (`ELEMENTWISE_DTYPES`): ``float32`` (the default, the numbers as
+            before) or ``bfloat16`` (half the memory traffic of an unfused step; the
+            statistics are still summed in float32). Not ``float32``: the relation net takes
+            its masked path on a CPU too. Part of what a step computes.
         sampler: where training episodes are drawn (`SAMPLERS`): ``auto`` is ``device`` on
             CUDA and ``loader`` on a CPU. The two draw different episodes from the same
             distribution, so it is part of a run's identity.
@@ -142,6 +153,7 @@ class TrainSettings:
     lr_schedule: str = "constant"
     warmup_steps: int = 0
     cuda_graph: bool | str = "auto"
+    elementwise_dtype: str = "float32"
 
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> TrainSettings:
@@ -193,6 +205,7 @@ class TrainSettings:
         validate.choice(self.amp_dtype, "train.amp_dtype", sorted(_AMP_DTYPES))
         validate.choice(self.sampler, "train.sampler", SAMPLERS)
         validate.choice(self.lr_schedule, "train.lr_schedule", SCHEDULES)
+        validate.choice(self.elementwise_dtype, "train.elementwise_dtype", ELEMENTWISE_DTYPES)
         if self.cuda_graph not in (True, False, "auto"):
             raise ConfigError(
                 f"train.cuda_graph must be auto, true or false, got {self.cuda_graph!r}"
@@ -354,13 +367,14 @@ def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:
     import torch
 
     from curi.models.data import encoder_options
+    from curi.models.poolers import set_elementwise_dtype
     from curi.models.protonet import build_protonet
 
     pool = dict(run.pooling)
     name = pool.pop("name")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(run.seed)
-        return build_protonet(
+        model = build_protonet(
             encoder=renderer.name,
             pooler=str(name),
             embed_dim=run.embed_dim,
@@ -368,6 +382,9 @@ def build_model(run: RunConfig, renderer: Renderer) -> ProtoNet:
             encoder_kw=encoder_options(renderer),
             pooler_kw=pool,
         )
+    if run.train.elementwise_dtype != "float32":
+        set_elementwise_dtype(model, getattr(torch, run.train.elementwise_dtype))
+    return model
 
 
 def with_new_defaults(saved: Mapping, now: Mapping) -> dict:

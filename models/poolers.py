@@ -26,6 +26,7 @@ __all__ = [
     "get_pooler",
     "list_poolers",
     "register_pooler",
+    "set_elementwise_dtype",
 ]
 
 
@@ -209,9 +210,10 @@ class RelationNetPooler(Pooler):
     - indexed, on the CPU in eager mode: g on the real pairs alone (``h[pair]``), about half
       the rows of schema scenes and faster there than the masked path; its data-dependent
       shape costs a host synchronisation, which is free on the CPU;
-    - masked otherwise (CUDA, or under `torch.compile`): `masked_pair_sum`, every pair through
-      g with BatchNorm masked to real pairs: fixed shapes and no host synchronisation, so the
-      step can be captured in a CUDA graph or compiled whole.
+    - masked otherwise (CUDA, under `torch.compile`, or with a narrower
+      ``elementwise_dtype``): `masked_pair_sum`, every pair through g with BatchNorm masked to
+      real pairs: fixed shapes and no host synchronisation, so the step can be captured in a
+      CUDA graph or compiled whole.
 
     Args:
         pair_chunk: scenes per chunk of the chunked path; 0 never chunks; None (default)
@@ -224,6 +226,10 @@ class RelationNetPooler(Pooler):
     # CUDA code take, so the two can be compared step for step (the paths agree up to rounding,
     # which Adam amplifies in the biases a BatchNorm cancels, whose true gradient is zero).
     indexed_on_cpu: bool = True
+    # The masked path's per-row BatchNorm dtype (``train.elementwise_dtype``, set by
+    # `set_elementwise_dtype`): None is float32 at least; a narrower one runs the masked path
+    # on the CPU too, so that the option means the same everywhere.
+    elementwise_dtype: torch.dtype | None = None
 
     def __init__(
         self,
@@ -297,9 +303,15 @@ class RelationNetPooler(Pooler):
             return self.f(chunked_pair_sum(left, right, mask, self.g_rest, chunk=chunk))
         h = left[:, :, None, :] + right[:, None, :, :]  # (B, K, K, H)
         pair = mask[:, :, None] & mask[:, None, :]  # (B, K, K)
-        if self.indexed_on_cpu and h.device.type == "cpu" and not torch.compiler.is_compiling():
+        dtype = self.elementwise_dtype
+        if (
+            self.indexed_on_cpu
+            and dtype is None
+            and h.device.type == "cpu"
+            and not torch.compiler.is_compiling()
+        ):
             return self.f(self._indexed_sum(h, pair))
-        return self.f(masked_pair_sum(h, pair, self.g_rest))
+        return self.f(masked_pair_sum(h, pair, self.g_rest, dtype=dtype))
 
     def _indexed_sum(self, h: Tensor, pair: Tensor) -> Tensor:
         """(B, H) sums of g over real pairs, g run on the real pairs alone; in float32 at
@@ -313,6 +325,15 @@ class RelationNetPooler(Pooler):
         owner = torch.arange(b, device=h.device)[:, None, None].expand(b, k, k)[pair]
         summed = torch.zeros(b, self.g_dim, dtype=wide, device=h.device)  # (B, H)
         return summed.index_add_(0, owner, rel.to(wide))
+
+
+def set_elementwise_dtype(model: nn.Module, dtype: torch.dtype | None) -> None:
+    """Give every relation net in `model` the per-row dtype of its masked BatchNorms
+    (`curi.models.relation_pairs.masked_batch_norm`; None: float32 at least). The chunked path
+    (image grids) keeps float32; other poolers have no masked BatchNorm."""
+    for m in model.modules():
+        if isinstance(m, RelationNetPooler):
+            m.elementwise_dtype = dtype
 
 
 @register_pooler("transformer")

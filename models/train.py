@@ -436,13 +436,15 @@ def _loader_workers(run: RunConfig, renderer: Renderer, rt: Runtime) -> int:
 def _step_runner(
     run: RunConfig, rt: Runtime, renderer: Renderer, model, net, opt, scaler, lr: float
 ) -> StepRunner:
-    """The run's `StepRunner`, in mode ``compile`` (train.compile), ``graph`` (train.cuda_graph;
-    auto: on CUDA for schema, whose batches have fixed shapes, in one process) or ``eager``."""
+    """The run's `StepRunner`: compiled whole with train.compile, captured in a CUDA graph with
+    train.cuda_graph (auto: on CUDA for schema, whose batches have fixed shapes, in one
+    process), both (``compile_graph``) or neither (``eager``)."""
     s = run.train
     graph = s.cuda_graph
     if graph == "auto":
         graph = rt.device.type == "cuda" and renderer.name == "schema" and not rt.distributed
-    mode = "compile" if s.compile else "graph" if graph else "eager"
+    modes = {(True, True): "compile_graph", (True, False): "compile", (False, True): "graph"}
+    mode = modes.get((s.compile, bool(graph)), "eager")
     return StepRunner(
         model=model,
         net=net,
