@@ -1,10 +1,13 @@
-"""Shared fixtures: one tiny bank per test session (built in a few seconds)."""
+"""Shared fixtures: one tiny bank per test session (built in a few seconds), and one wheel
+of curi per test run (`wheel`)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,6 +43,57 @@ def tiny_bank_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bank(tiny_bank_dir):
     return load_bank(tiny_bank_dir)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel of curi built from the checkout's files (tracked, and untracked ones git does
+    not ignore, copied first so no stale ``build/`` folder leaks in), once per test run: the
+    pytest-xdist workers share it through their run's common folder, under a lock (the first
+    builds it, the others wait and reuse it). `tests/test_install.py` installs it,
+    `tests/test_expected.py` unpacks it."""
+    base = tmp_path_factory.getbasetemp()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1 ... under pytest-xdist
+    root = base.parent if worker else base  # the run's own folder, never an earlier run's
+    dist = root / "wheel"
+    with open(root / "wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted(dist.glob("curi-*.whl"))
+        if not built:
+            source = _source_copy(root / "wheel-source")
+            shutil.rmtree(dist / "new", ignore_errors=True)  # a failed worker's attempt
+            args = ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist / "new")]
+            r = subprocess.run(
+                [sys.executable, "-m", "pip", *args, str(source)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            (new,) = (dist / "new").glob("curi-*.whl")
+            built = [new.rename(dist / new.name)]  # whole, or not there for the next worker
+    return built[0]
+
+
+def _source_copy(dest: Path) -> Path:
+    """The checkout's files (tracked, and untracked ones git does not ignore) copied to `dest`
+    (made anew)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    shutil.rmtree(dest, ignore_errors=True)
+    for rel in filter(None, listed):
+        if (REPO / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dest / rel)
+    return dest
 
 
 def run_curi(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -47,28 +46,9 @@ def _same_as_stored(name: str, observed: dict, bank: str) -> None:
 
 # --- the wheel ships them ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def unpacked_wheel(tmp_path_factory) -> Path:
-    """The wheel built from the checkout's files (tracked and untracked, not ignored), unpacked:
-    an installation without the checkout."""
-    source = tmp_path_factory.mktemp("source")
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")
-    for rel in filter(None, listed):
-        if (REPO / rel).is_file():
-            (source / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, source / rel)
-    dist = tmp_path_factory.mktemp("dist")
-    args = ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)]
-    r = subprocess.run(
-        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=600
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    (wheel,) = dist.glob("curi-*.whl")
+def unpacked_wheel(wheel, tmp_path_factory) -> Path:
+    """The wheel built from the checkout's files (conftest's `wheel`), unpacked: an
+    installation without the checkout."""
     out = tmp_path_factory.mktemp("unpacked")
     with zipfile.ZipFile(wheel) as z:
         z.extractall(out)

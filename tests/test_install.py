@@ -7,10 +7,8 @@ and the README's Python example work there."""
 from __future__ import annotations
 
 import os
-import shutil
 import site
 import subprocess
-import sys
 import textwrap
 import venv
 import zipfile
@@ -25,47 +23,6 @@ def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 600
     out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     assert out.returncode == 0, f"{args} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
-
-
-def _source_copy(dest: Path) -> Path:
-    """The checkout's files (tracked, and untracked ones git does not ignore) copied to `dest`,
-    so no stale `build/` folder of an earlier build leaks into the wheel."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")
-    for rel in filter(None, listed):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    source = _source_copy(tmp_path_factory.mktemp("source"))
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(dist),
-            str(source),
-        ],
-        cwd=dist,
-    )
-    (path,) = dist.glob("curi-*.whl")
-    return path
 
 
 def _site_dirs() -> list[str]:
