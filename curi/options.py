@@ -311,7 +311,7 @@ def check_override_keys(overrides: list[str], opts: Options) -> None:
         elif head in groups and head not in opts.defaults:
             raise ConfigError(
                 f"unknown option {head!r}: this command has no {head} group; valid: "
-                + ", ".join(sorted([*opts.defaults, *opts.groups]))
+                + ", ".join(sorted({*opts.defaults, *opts.groups}))  # a group with a default: once
             )
         else:
             _check_plain_key([head, *rest], opts)

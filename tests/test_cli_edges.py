@@ -49,6 +49,19 @@ def test_misspelt_nested_key_and_foreign_group_are_refused(tmp_path):
     _one_line_error(r, "curi gap: error: unknown option 'pooling'")
 
 
+def test_foreign_group_message_lists_each_valid_option_once():
+    """`curi eval pooling=avg`: eval's `split` is both a key and a group with a default; the
+    valid options name it once."""
+    from curi.options import check_override_keys
+
+    with pytest.raises(ConfigError, match="this command has no pooling group") as e:
+        check_override_keys(["pooling=avg"], load_options("eval"))
+    valid = str(e.value).split("valid: ", 1)[1].split(", ")
+    assert "split" in valid and "checkpoint" in valid
+    assert len(valid) == len(set(valid)), valid
+    assert valid == sorted(valid)
+
+
 def test_wrong_type_is_one_message_not_a_worker_traceback(tmp_path):
     data = tmp_path / "data"
     args = ["bank=tiny", f"data_dir={data}", f"output_dir={tmp_path / 'o'}"]
