@@ -2,16 +2,18 @@
 `paper` bank's concept_iid split with hard negatives (CURI paper, Table 2: test mAP 0.607).
 
     python benchmarks/gpu_headline.py [--minutes 5] [--bank paper] [--device cuda]
-        [--batch 256] [--data-dir DIR] [--out DIR] [--doc]
+        [--batch 256] [--compile] [--elementwise-dtype bfloat16] [--data-dir DIR] [--out DIR]
+        [--doc]
 
 0. on CUDA, runs the CUDA-only tests first (the step replayed from a CUDA graph against the
    eager one, the device sampler's episodes on the GPU), and reports their result;
 1. builds the bank if it is missing (all cores) or reuses it;
 2. times a few steps with the run's settings, to size the run to `--minutes` of training;
 3. trains with the fastest settings: episodes drawn on the GPU (``train.sampler=device``), the
-   step replayed from a CUDA graph, a batch of `--batch` episodes at the square-root-scaled
-   learning rate (`curi.models.schedule.scaled_lr`), warmup then cosine decay to 0 at the last
-   step, validation on 1,000 episodes at 8 points of the run (the best checkpoint is kept);
+   step replayed from a CUDA graph (with `--compile`, the compiled step), a batch of
+   `--batch` episodes at the square-root-scaled learning rate
+   (`curi.models.schedule.scaled_lr`), warmup then cosine decay to 0 at the last step,
+   validation on 1,000 episodes at 8 points of the run (the best checkpoint is kept);
 4. tests the checkpoint of the best validation mAP on 20,000 test episodes (seed 0), the
    episodes `curi eval` and `curi gap` use;
 5. prints one table: steps, episodes per second, GPU utilisation (``nvidia-smi`` once a second;
@@ -80,6 +82,14 @@ class GpuUtilisation:
         return f"median {statistics.median(s):.0f} %, mean {statistics.fmean(s):.0f} % ({len(s)} s)"
 
 
+def step_settings(args) -> dict:
+    """The step's train settings `args` asks for: ``compile`` (the whole step compiled, in the
+    CUDA graph on CUDA) and ``elementwise_dtype``, each only when not the default."""
+    out = {"compile": True} if getattr(args, "compile", False) else {}
+    dtype = getattr(args, "elementwise_dtype", "float32")
+    return out | ({"elementwise_dtype": dtype} if dtype != "float32" else {})
+
+
 def run_config(args, *, steps: int, every: int, val_episodes: int, data_dir: Path, log_every=None):
     from curi.models.schedule import scaled_lr
 
@@ -96,6 +106,7 @@ def run_config(args, *, steps: int, every: int, val_episodes: int, data_dir: Pat
         "checkpoint_every": every,
         "val_episodes": val_episodes,
         "num_workers": args.workers,
+        **step_settings(args),
     }
     return relation_net_run(args.bank, args.device, data_dir, train, seed=args.seed)
 
@@ -133,18 +144,30 @@ def short_run(steps: int, batch: int, **train) -> dict:
     }
 
 
+ROOT = Path(__file__).resolve().parents[1]
+CUDA_TESTS = ["tests/test_step.py", "tests/test_device_sampler.py", "tests/test_device_bits.py"]
+
+
+def cuda_check_command() -> list[str]:
+    """The command (run in the repository's root) of the CUDA-only tests."""
+    cmd = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-k", "cuda"]
+    return [*cmd, *CUDA_TESTS]
+
+
+def check_summary(returncode: int, stdout: str, stderr: str) -> str:
+    """pytest's summary line of the CUDA-only tests (their output printed when they failed)."""
+    lines = [x for x in stdout.splitlines() if x.strip()]
+    if returncode:
+        print(stdout[-4000:], stderr[-2000:])
+    return (lines[-1] if lines else stderr.strip()[-200:]) + (
+        "" if returncode == 0 else " (FAILED)"
+    )
+
+
 def cuda_checks() -> str:
     """The CUDA-only tests (skipped in CI, which has no GPU), run here: their summary line."""
-    root = Path(__file__).resolve().parents[1]
-    tests = ["tests/test_step.py", "tests/test_device_sampler.py", "tests/test_device_bits.py"]
-    cmd = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-k", "cuda"]
-    r = subprocess.run([*cmd, *tests], cwd=root, capture_output=True, text=True, timeout=900)
-    lines = [x for x in r.stdout.splitlines() if x.strip()]
-    if r.returncode:
-        print(r.stdout[-4000:], r.stderr[-2000:])
-    return (lines[-1] if lines else r.stderr.strip()[-200:]) + (
-        "" if r.returncode == 0 else " (FAILED)"
-    )
+    r = subprocess.run(cuda_check_command(), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return check_summary(r.returncode, r.stdout, r.stderr)
 
 
 def build(args, data_dir: Path):
@@ -189,6 +212,8 @@ def main() -> None:
     ap.add_argument("--val-episodes", type=int, default=None, help="1,000 (32 on a CPU)")
     ap.add_argument("--calibration-steps", type=int, default=None, help="60 (6 on a CPU)")
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--compile", action="store_true", help="train.compile=true: the compiled step")
+    ap.add_argument("--elementwise-dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--data-dir", type=Path, default=None, help="default: curi's data folder")
     ap.add_argument("--out", type=Path, default=None, help="default: a new temporary folder")
     ap.add_argument("--doc", action="store_true", help="write the table into docs/benchmarks.md")
@@ -215,16 +240,23 @@ def main() -> None:
         write_section(f"gpu-headline-{args.device.split(':')[0]}", table)
 
 
-def headline(args, data_dir: Path, out: Path, t0: float) -> dict:
-    """Every stage of the run; returns the report."""
+def headline(
+    args, data_dir: Path, out: Path, t0: float, *, checks: str | None = None, rate=None
+) -> dict:
+    """Every stage of the run; returns the report. `checks`: the CUDA-only tests' line if they
+    ran already; `rate`: (steps per second, step mode) measured already (no calibration)."""
     from _report import machine
 
     from curi.models.evaluate import evaluate_checkpoint
     from curi.models.train import train
 
-    checks = cuda_checks() if args.device.startswith("cuda") else "n/a (no GPU)"
+    if checks is None:
+        checks = cuda_checks() if args.device.startswith("cuda") else "n/a (no GPU)"
     bank, bank_s = build(args, data_dir)
-    rate, calib_s, mode = calibrate(args, bank, data_dir, out)
+    if rate is None:
+        rate, calib_s, mode = calibrate(args, bank, data_dir, out)
+    else:
+        (rate, mode), calib_s = rate, 0.0
     steps = max(2, int(rate * args.minutes * 60))
     every = -(-steps // VALIDATIONS)  # at most VALIDATIONS validations
     run = run_config(

@@ -6,7 +6,7 @@ calls, commits and machines.
     python benchmarks/gpu_table.py [--minutes 9] [--bank paper] [--device cuda]
         [--cell-minutes 1.5] [--batch 256] [--test-episodes 20000] [--cells P/SPLIT/NEG ...]
         [--results docs/results/baselines_measured.json] [--out DIR] [--commit SHA]
-        [--data-dir DIR] [--render]
+        [--data-dir DIR] [--compile] [--elementwise-dtype bfloat16] [--render]
 
 Cells run in the table's order (`cells`): relation-net and transformer on the nine splits with
 hard negatives, then avg and concat, then the easy-negative cells (relation-net, avg, concat;
@@ -41,6 +41,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from gpu_headline import step_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "baselines_measured.json"
@@ -180,6 +182,7 @@ def train_settings(args, steps: int) -> dict:
         "eval_every": every,
         "checkpoint_every": every,
         "val_episodes": args.val_episodes,
+        **step_settings(args),
     }
 
 
@@ -350,6 +353,8 @@ def arguments(argv=None) -> argparse.Namespace:
     ap.add_argument("--data-dir", default=None, help="default: curi's data folder")
     ap.add_argument("--commit", default=None, help="the code's commit (default: git's HEAD)")
     ap.add_argument("--render", action="store_true", help="write the table into docs/fidelity.md")
+    ap.add_argument("--compile", action="store_true", help="train.compile=true: the compiled step")
+    ap.add_argument("--elementwise-dtype", default="float32", choices=["float32", "bfloat16"])
     args = ap.parse_args(argv)
     if not (math.isfinite(args.minutes) and args.minutes > 0):
         raise TableError(f"--minutes must be a positive number of minutes, got {args.minutes}")
