@@ -184,10 +184,11 @@ def pair_limits(device: torch.device) -> tuple[int, int]:
     return dense, max(PAIR_CHUNK_ELEMENTS, dense // 8)
 
 
+@torch.compiler.assume_constant_result  # traced code takes the number, not the query
 @functools.cache
 def device_memory(device: torch.device) -> int:
     """Total bytes of memory of a CUDA device (read once: it does not change, and reading it
-    is safe while a CUDA graph is captured)."""
+    is safe while a CUDA graph is captured; `torch.compile` takes it as a constant)."""
     return int(torch.cuda.get_device_properties(device).total_memory)
 
 
