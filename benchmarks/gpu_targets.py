@@ -55,6 +55,7 @@ from gpu_headline import GpuUtilisation, relation_net_run, short_run
 HEADLINE = ("relation_net", "concept_iid", "hard")
 STEP_MODES = ("eager", "compile", "graph", "compile_graph")  # curi.models.step.MODES
 TEST_RESERVE_S = {"cuda": 60.0, "cpu": 15.0}  # a test of --test-episodes and its start-up
+CHECKS_TIMEOUT_S = 300  # the CUDA-only tests, from the start (the bank build runs beside them)
 
 
 class TargetsError(Exception):
@@ -333,8 +334,13 @@ def stages(args, records, sha: str, out: Path, t0: float, deadline: float, check
     gpu_table.check_bank(records, args.bank, digest, args.results)
     line = "skipped (--no-checks)" if cuda else "n/a (no GPU)"
     if checks is not None:
-        stdout, stderr = checks.communicate(timeout=900)
-        line = gpu_headline.check_summary(checks.returncode, stdout, stderr)
+        try:  # a hang guard far above their time, but within the budget
+            stdout, stderr = checks.communicate(timeout=CHECKS_TIMEOUT_S)
+            line = gpu_headline.check_summary(checks.returncode, stdout, stderr)
+        except subprocess.TimeoutExpired:
+            checks.kill()
+            checks.communicate()
+            line = f"stopped after {CHECKS_TIMEOUT_S} s (FAILED)"
     seconds["checks_waited"] = time.perf_counter() - t - seconds["bank"]
     t = time.perf_counter()
     roof = roofline(count(bank, "relation_net", episode_batch(bank, args.roofline_batch)),
