@@ -32,6 +32,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "propose_verify.json"
+DOC = ROOT / "docs" / "learners.md"
+CHART = ROOT / "docs" / "results" / "propose_verify_k.png"
+MARK = "table:propose-verify"
 LEARNERS = ("propose_verify", "no_holes", "grammar_only")
 KEYS = ("learner", "bank", "split", "negatives", "k", "episodes")
 
@@ -152,6 +155,65 @@ def append(record: dict, path: Path) -> None:
     write_text(path, json.dumps(rows, indent=1) + "\n")
 
 
+def render(rows: list[dict], doc: Path = DOC, chart: Path = CHART) -> None:
+    """Replace the marked block of docs/learners.md with the records (one table of the
+    splits, one of the K curve) and draw the K curve."""
+    from curi.atomic import write_text
+
+    head = (
+        "| learner | bank | split | K | episodes | mAP | CBA | strong | weak | share of strong "
+        "| recall at K | fallback (model) | ms/episode |\n" + "|---" * 13 + "|"
+    )
+    lines = [head]
+    order = {name: i for i, name in enumerate(LEARNERS)}
+    for r in sorted(rows, key=lambda r: (r["bank"], r["split"], r["k"], order[r["learner"]])):
+        lines.append(
+            f"| {r['learner']} | {r['bank']} | {r['split']} | {r['k']:,} | {r['episodes']:,} "
+            f"| {r['map']:.3f} | {r['cba']:.3f} | {r['map_strong']:.3f} | {r['map_weak']:.3f} "
+            f"| {r['share_of_strong']:.2f} | {r['recall_at_k']:.2f} "
+            f"| {r['fallback_rate']:.2f} ({r['model_fallback_rate']:.2f}) "
+            f"| {r['ms_per_episode']:.0f} |"
+        )
+    text = doc.read_text()
+    start, end = f"<!-- {MARK} -->", f"<!-- /{MARK} -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{doc} has no {start} ... {end} block")
+    a, b = text.index(start) + len(start), text.index(end)
+    write_text(doc, text[:a] + "\n" + "\n".join(lines) + "\n" + text[b:])
+    _chart(rows, chart)
+
+
+def _chart(rows: list[dict], path: Path) -> None:
+    """mAP against K per learner on each (bank, split) with several K, the oracles as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves: dict[tuple, list[dict]] = {}
+    for r in rows:
+        curves.setdefault((r["bank"], r["split"], r["episodes"], r["learner"]), []).append(r)
+    curves = {key: rs for key, rs in curves.items() if len(rs) > 2}
+    if not curves:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (_, _, _, learner), rs in sorted(curves.items()):
+        rs = sorted(rs, key=lambda r: r["k"])
+        ax.plot([r["k"] for r in rs], [r["map"] for r in rs], "o-", label=learner)
+    r0 = rs[0]
+    bank, split, n = r0["bank"], r0["split"], r0["episodes"]
+    ax.axhline(r0["map_strong"], color="k", ls="--", lw=1, label="strong oracle")
+    ax.axhline(r0["map_weak"], color="gray", ls=":", lw=1, label="weak oracle")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("K (programs executed per episode)")
+    ax.set_ylabel("test mAP")
+    ax.set_title(f"{bank} bank, {split}, hard negatives, {n} episodes")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--learner", choices=LEARNERS, required=True)
@@ -162,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, nargs="+", default=[1024])
     ap.add_argument("--episodes", type=int, default=2000)
     ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--render", action="store_true", help="only render the records in the docs")
     args = ap.parse_args(argv)
+    if args.render:
+        render(json.loads(args.results.read_text()))
+        return 0
     if args.episodes < 1 or min(args.k) < 1:
         ap.error("--episodes and --k must be at least 1")
 

@@ -10,9 +10,10 @@ import heapq
 import math
 from functools import lru_cache
 
-from curi.concepts import QUANTIFIERS
+from curi.concepts import QUANTIFIERS, parse
 from curi.grammar import MAX_DEPTH, RULES
-from curi.models.program_grammar import END, start, step
+from curi.models.program_grammar import END, HOLE_VALUES, concept_text, start, step
+from curi.rejection import static_rejection
 
 __all__ = ["GrammarProposer", "grammar_sketches"]
 
@@ -51,10 +52,20 @@ def _valid(tokens: tuple[str, ...]) -> bool:
     return state.done
 
 
+def _kept(seq: tuple[str, ...]) -> bool:
+    """Whether the bank's static rules keep the sketch's programs. They look at its shape
+    only (a property compared with itself, ``for-all=`` with ``S-x``, ...), never at its
+    constants, so one filling answers for all: a rejected sketch would only spend K on
+    programs that can never survive."""
+    filled = [HOLE_VALUES[t][0] if t in HOLE_VALUES else t for t in seq]
+    return static_rejection(parse(concept_text(filled))) is None
+
+
 @lru_cache(maxsize=8)
 def grammar_sketches(n: int) -> tuple[tuple[tuple[str, ...], float], ...]:
     """The `n` most probable distinct sketches (token sequences with typed holes, ended by a
-    quantifier or `END`, as the decoder writes them) and their log-probabilities, best first.
+    quantifier or `END`, as the decoder writes them) that the bank's static rules keep, and
+    their log-probabilities, best first.
 
     Best-first search over leftmost derivations: a derivation's probability only falls as it
     grows, so complete derivations leave the queue in order of probability.
@@ -71,7 +82,7 @@ def grammar_sketches(n: int) -> tuple[tuple[tuple[str, ...], float], ...]:
             out.append(pending.pop(0)[0])
         if not pending:
             seq = _as_sequence(out)
-            if seq is not None and seq not in seen and _valid(seq):
+            if seq is not None and seq not in seen and _valid(seq) and _kept(seq):
                 seen[seq] = -neg
             continue
         (sym, depth), rest = pending[0], tuple(pending[1:])
@@ -105,4 +116,3 @@ class GrammarProposer:
 
     def config(self) -> dict:
         return {"grammar_only": True}
-
