@@ -56,9 +56,9 @@ def propose_verify(
     fallback_steps: int = 500,
 ) -> dict:
     """The propose-and-verify learner's options: the search's (`Settings`: k, max_errors,
-    samples, rounds; temperature and repair are chosen on held-out training concepts) and its
-    training's (steps, batch, lr, dim, layers, holes, select_episodes) and its fallback
-    protonet's (fallback_steps; 0: no fallback)."""
+    samples, rounds; decoding, temperature, fill_decay and repair are chosen on held-out
+    training concepts), its training's (steps, batch, lr, dim, layers, holes,
+    select_episodes) and its fallback protonet's (fallback_steps; 0: no fallback)."""
     options = dict(locals())
     from curi import validate
     from curi.models.propose_verify import Settings
