@@ -27,6 +27,7 @@ from curi.models.program_search import (
     universe_filter,
     weigh,
 )
+from curi.oracles.model_score import TargetCache
 from curi.scenes import MIN_OBJECTS, records_to_props
 
 __all__ = ["MAX_K", "ProposeVerify", "Settings", "load_universe", "scene_arrays"]
@@ -139,7 +140,8 @@ class ProposeVerify:
         self.fallback = fallback
         self.stats = EpisodeStats()
         self._cache: tuple[bytes, Hypotheses | None, EpisodeStats] | None = None
-        self._targets: tuple[object, BitScenes] | None = None
+        # the evaluation set comes as one object for every episode: its planes are kept
+        self._target_planes = TargetCache(self._target_bits)
 
     def predict(self, support, support_labels, targets) -> np.ndarray:
         """Posterior predictive of each target scene given the labelled support set."""
@@ -149,16 +151,11 @@ class ProposeVerify:
             if self.fallback is not None:
                 return np.asarray(self.fallback(support, support_labels, targets), np.float64)
             return np.zeros(len(scene_arrays(targets)[0]))
-        return hyps.predictive(self._target_bits(targets))
+        return hyps.predictive(self._target_planes(targets))
 
     def _target_bits(self, targets) -> BitScenes:
-        # the evaluation set comes as one object for every episode: its planes are kept
-        if self._targets is not None and self._targets[0] is targets:
-            return self._targets[1]
         n_obj, props = scene_arrays(targets)
-        bits = BitScenes.from_arrays(n_obj, props, location_bins=self.universe.location_bins)
-        self._targets = (targets, bits)
-        return bits
+        return BitScenes.from_arrays(n_obj, props, location_bins=self.universe.location_bins)
 
     def hypotheses(self, support, labels: np.ndarray) -> Hypotheses | None:
         """The weighed survivors of one support set (None: nothing survives nor nearly)."""

@@ -17,6 +17,7 @@ import torch
 from curi import validate
 from curi.errors import ConfigError
 from curi.models.learners import FALLBACK_POOLING
+from curi.oracles.model_score import TargetCache
 from curi.splits import Split
 
 __all__ = ["FALLBACK_POOLING", "ProtonetPredict", "fallback_from_checkpoint", "train_fallback"]
@@ -113,7 +114,7 @@ class ProtonetPredict:
 
         self.model = model.eval()
         self.renderer = make_renderer(modality)
-        self._targets: tuple[object, torch.Tensor] | None = None
+        self._embeddings = TargetCache(self._embed)  # the evaluation set's, kept
 
     def _embed(self, records) -> torch.Tensor:
         if isinstance(records, Mapping):
@@ -134,9 +135,7 @@ class ProtonetPredict:
 
         labels = torch.as_tensor(np.asarray(support_labels).astype(bool).reshape(1, -1))
         prototypes = class_prototypes(self._embed(support)[None], labels)  # (1, 2, E)
-        if self._targets is None or self._targets[0] is not targets:
-            self._targets = (targets, self._embed(targets))
-        odds = log_odds(prototypes, self._targets[1])[0].double()  # (T,)
+        odds = log_odds(prototypes, self._embeddings(targets))[0].double()  # (T,)
         return torch.sigmoid(odds).numpy()
 
 

@@ -27,6 +27,7 @@ from curi.splits import Split, make_split
 
 __all__ = [
     "Predict",
+    "TargetCache",
     "check_threshold",
     "model_predictions",
     "score_arrays",
@@ -38,6 +39,31 @@ Predict = Callable[[Any, np.ndarray, Any], Any]
 """``predict(support, support_labels, targets) -> (T,) scores``: the support inputs of one
 episode (as `render` returns them for its records), their (S,) 0/1 labels, and T target inputs;
 higher scores mean "more likely positive"."""
+
+
+class TargetCache:
+    """What a predict computes from a target set (its embeddings, its bit planes), kept for
+    the last `size` target sets, known by identity: `model_predictions` hands the evaluation
+    set as the same object to every episode, between the episodes' own query sets, so with
+    two entries it is computed once.
+
+    Args:
+        make: targets -> what to keep.
+        size: target sets kept.
+    """
+
+    def __init__(self, make: Callable[[Any], Any], size: int = 2) -> None:
+        self.make, self.size = make, size
+        self._kept: list[tuple[Any, Any]] = []  # (targets, value), the newest last
+
+    def __call__(self, targets) -> Any:
+        for i, (t, value) in enumerate(self._kept):
+            if t is targets:
+                self._kept.append(self._kept.pop(i))
+                return value
+        value = self.make(targets)
+        self._kept = (self._kept + [(targets, value)])[-self.size :]
+        return value
 
 
 def _real(x, what: str) -> np.ndarray:

@@ -391,3 +391,18 @@ def test_records_script_writes_one_record_per_key(tiny_bank_dir, tmp_path, capsy
     again = json.loads(out.read_text())
     assert len(again) == 2 and again[0] == other
     assert {k: again[1][k] for k in keys.split()[:6]} == {k: rec[k] for k in keys.split()[:6]}
+
+
+def test_a_target_cache_computes_the_evaluation_set_once_between_query_sets():
+    """`model_predictions` alternates each episode's query set with the one evaluation set: a
+    predict keeping the last two target sets computes the evaluation set's once."""
+    from curi.oracles.model_score import TargetCache
+
+    made = []
+    cache = TargetCache(lambda t: made.append(t) or len(made))
+    ev = ["eval"]
+    for i in range(5):
+        query = [f"query {i}"]
+        cache(query)
+        assert cache(ev) == 2  # made once, after the first query set
+    assert made.count(ev) == 1 and len(made) == 6
