@@ -28,8 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "propose_verify.json"
 DOC = ROOT / "docs" / "learners.md"
@@ -69,45 +67,12 @@ def build_learner(name: str, bank, checkpoint: str | None, negatives: str, k: in
 
 def measure(learner, name: str, bank, split: str, negatives: str, k: int, episodes: int) -> dict:
     """One record: the learner's mAP and CBA and the oracles' on episodes 0..N-1 of the
-    seed-0 test stream, its recall at K, fallback rate and time per episode."""
-    from curi.episodes import EpisodeSampler, EpisodeSpec
-    from curi.oracles.model_score import model_predictions, score_arrays
-
-    spec = EpisodeSpec(split, "test", negatives, seed=0, size=episodes)
-    sampler = EpisodeSampler.from_spec(bank, spec)
-    truth = np.asarray(bank.truth_words)
-    state = {"i": 0, "seconds": [], "hit": [], "fallback": [], "model": []}
-
-    def predict(support, labels, targets):
-        t0 = time.perf_counter()
-        out = learner.predict(support, labels, targets)
-        dt = time.perf_counter() - t0
-        if state["i"] % 2 == 0:  # the query set: a new episode (its search runs here)
-            e = sampler[state["i"] // 2]
-            hyps = learner._cache[1] if learner._cache else None
-            state["hit"].append(
-                hyps is not None and bool((hyps.words == truth[e.concept][None, :]).all(1).any())
-            )
-            state["fallback"].append(learner.stats.fallback != "")
-            state["model"].append(learner.stats.fallback == "model")
-            state["seconds"].append(dt)
-        else:
-            state["seconds"][-1] += dt
-        state["i"] += 1
-        return out
+    seed-0 test stream, its recall at K, fallback rates and time per episode."""
+    from curi.episodes import EpisodeSpec
+    from curi.models.propose_verify_train import evaluate_learner
 
     t0 = time.perf_counter()
-    # scenes as records, as `oracles.model_score` hands them (the protonet fallback needs them)
-    pred = model_predictions(predict, bank, split, negatives=negatives, episodes=episodes)
-    wall = time.perf_counter() - t0
-    got = score_arrays(
-        bank,
-        split,
-        negatives=negatives,
-        query_scores=pred["query_scores"],
-        eval_scores=pred["eval_scores"],
-    )["split"][0]
-    hit = np.array(state["hit"])
+    got = evaluate_learner(learner, bank, EpisodeSpec(split, "test", negatives, size=episodes))
     return {
         "learner": name,
         "bank": bank.config["name"],
@@ -115,17 +80,14 @@ def measure(learner, name: str, bank, split: str, negatives: str, k: int, episod
         "negatives": negatives,
         "k": k,
         "episodes": episodes,
-        "map": got["map"],
-        "cba": got["cba"],
-        "map_strong": got["map_strong"],
-        "map_weak": got["map_weak"],
+        **{key: got[key] for key in ("map", "cba", "map_strong", "map_weak")},
         "share_of_strong": got["map"] / got["map_strong"],
-        "recall_at_k": float(hit.mean()),
-        "fallback_rate": float(np.mean(state["fallback"])),
-        "model_fallback_rate": float(np.mean(state["model"])),
-        "ms_per_episode": 1000 * float(np.median(state["seconds"])),
-        "ms_per_episode_mean": 1000 * float(np.mean(state["seconds"])),
-        "wall_s": wall,
+        "recall_at_k": got["recall_at_k"],
+        "fallback_rate": got["fallback_rate"],
+        "model_fallback_rate": got["fallback_model_rate"],
+        "map_answered": got["map_answered"],
+        "ms_per_episode": got["ms_per_episode"],
+        "wall_s": time.perf_counter() - t0,
         "commit": _commit(),
     }
 

@@ -27,6 +27,7 @@ from curi.splits import Split, make_split
 
 __all__ = [
     "LEARNER",
+    "evaluate_learner",
     "fit_and_held",
     "load_checkpoint",
     "save_checkpoint",
@@ -425,7 +426,6 @@ def evaluate_run(
             than the checkpoint was trained with.
     """
     from curi.models.checkpoint import check_checkpoint_bank
-    from curi.oracles.model_score import model_predictions, score_arrays
 
     ckpt = load_checkpoint(path)
     check_checkpoint_bank(ckpt["bank"], bank, path)
@@ -437,11 +437,47 @@ def evaluate_run(
             f"{spec.negatives}; drop negatives= or give a checkpoint trained so"
         )
     learner = learner_from_checkpoint(ckpt, bank.path)
-    falls: list[str] = []
+    got = evaluate_learner(learner, bank, spec, oracles=oracles, progress=progress)
+    return {
+        "learner": LEARNER,
+        "checkpoint": str(path),
+        **got,
+        "settings": learner.checkpoint_settings(),
+        "fallback": _fallback_summary(ckpt.get("fallback")),
+    }
+
+
+def evaluate_learner(
+    learner: ProposeVerify, bank, spec: EpisodeSpec, *, oracles: bool = True, progress=False
+) -> dict:
+    """A learner's metrics on `spec`'s episodes (`oracles.model_score`'s ``predict`` answered
+    by `learner`), with the oracles of the same episodes (`oracles`): the split row of
+    `score_arrays`, and ``fallback_rate`` (episodes without an exact survivor),
+    ``fallback_model_rate`` (answered by the fallback protonet: no near-miss either),
+    ``map_answered`` (the mAP of the others), ``recall_at_k`` (episodes whose concept's
+    extension is among the survivors: read here, from the bank, never by the learner) and
+    ``ms_per_episode`` (median time of an episode's two answers)."""
+    from curi.oracles.model_score import model_predictions, score_arrays
+
+    sampler = EpisodeSampler.from_spec(bank, spec)
+    truth = np.asarray(bank.truth_words)
+    how: list[str] = []
+    hit: list[bool] = []
+    seconds: list[float] = []
+    query_s = [0.0]
 
     def predict(support, labels, targets):
+        t0 = time.perf_counter()
         out = learner.predict(support, labels, targets)
-        falls.append(learner.stats.fallback)  # "": an exact survivor
+        dt = time.perf_counter() - t0
+        if len(seconds) == len(how):  # the query set: a new episode, its search runs here
+            e = sampler[len(how)]
+            hyps = learner.hypotheses(support, np.asarray(labels).astype(bool))  # cached
+            hit.append(hyps is not None and bool((hyps.words == truth[e.concept]).all(1).any()))
+            how.append(learner.stats.fallback)  # "": an exact survivor
+            query_s[0] = dt
+        else:  # the evaluation set of the same episode
+            seconds.append(query_s[0] + dt)
         return out
 
     kw = {
@@ -453,17 +489,14 @@ def evaluate_run(
     pred = model_predictions(predict, bank, spec.split, episodes=spec.size, progress=progress, **kw)
     scores = {"query_scores": pred["query_scores"], "eval_scores": pred["eval_scores"]}
     got = score_arrays(bank, spec.split, **scores, oracles=oracles, **kw)
-    how = np.array(falls[::2])  # one answer per episode (query, then evaluation set)
-    fell = how != ""
+    fell = np.array(how) != ""
     return {
-        "learner": LEARNER,
-        "checkpoint": str(path),
         **got["split"][0],
-        "settings": learner.checkpoint_settings(),
-        "fallback": _fallback_summary(ckpt.get("fallback")),
         "fallback_rate": float(fell.mean()),
-        "fallback_model_rate": float((how == "model").mean()),
+        "fallback_model_rate": float((np.array(how) == "model").mean()),
         "map_answered": _map_of(bank, spec, pred["eval_scores"], ~fell),
+        "recall_at_k": float(np.mean(hit)),
+        "ms_per_episode": 1000 * float(np.median(seconds)),
     }
 
 
