@@ -436,6 +436,12 @@ def evaluate_run(
             f"the checkpoint {path} was trained with negatives={ckpt['negatives']}, not "
             f"{spec.negatives}; drop negatives= or give a checkpoint trained so"
         )
+    asked = _split_name(spec.split)
+    if asked != ckpt["split"]:
+        raise ConfigError(
+            f"the checkpoint {path} was trained on split {ckpt['split']}, not {asked}: its "
+            "proposer learned that split's training concepts; drop split= or train on it"
+        )
     learner = learner_from_checkpoint(ckpt, bank.path)
     got = evaluate_learner(learner, bank, spec, oracles=oracles, progress=progress)
     return {
@@ -498,6 +504,15 @@ def evaluate_learner(
         "recall_at_k": float(np.mean(hit)),
         "ms_per_episode": 1000 * float(np.median(seconds)),
     }
+
+
+def _split_name(split) -> str:
+    """The name of a split given as a name, a `Split` or a split config."""
+    if isinstance(split, str):
+        return split
+    if isinstance(split, Split):
+        return split.name
+    return str(dict(split).get("name"))
 
 
 def _map_of(bank, spec: EpisodeSpec, eval_scores: np.ndarray, keep: np.ndarray) -> float | None:

@@ -375,6 +375,8 @@ def test_evaluate_run_reports_fallbacks_and_refuses_other_negatives(tiny_bank, p
     assert m["fallback_model_rate"] > 0 and m["map"] > 0
     with pytest.raises(ConfigError, match="negatives=hard, not easy"):
         evaluate_run(path, tiny_bank, spec.replace(negatives="easy"), oracles=False)
+    with pytest.raises(ConfigError, match="trained on split concept_iid, not boolean"):
+        evaluate_run(path, tiny_bank, spec.replace(split="boolean"), oracles=False)
 
 
 class _Payload:
