@@ -178,7 +178,7 @@ def _chart(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--learner", choices=LEARNERS, required=True)
+    ap.add_argument("--learner", choices=LEARNERS)
     ap.add_argument("--checkpoint", help="a propose_verify checkpoint (curi train learner=...)")
     ap.add_argument("--bank", default="default", help="a preset name or a bank folder")
     ap.add_argument("--split", nargs="+", default=["concept_iid"])
@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         render(json.loads(args.results.read_text()))
         return 0
+    if args.learner is None:
+        ap.error("--learner is required (or --render)")
     if args.episodes < 1 or min(args.k) < 1:
         ap.error("--episodes and --k must be at least 1")
 
