@@ -196,16 +196,64 @@ def _end(state: State, tok: str) -> State | None:
 
 
 def step(state: State, tok: str) -> State | None:
-    """The state after `tok`, or None when `tok` cannot come next."""
+    """The state after `tok`, or None when `tok` cannot come next: it breaks the grammar, or
+    no continuation could join the stack within the depth limit (a dead end)."""
     if state.done or tok in (PAD, BOS):
         return None
     if tok in _LEAF_TYPES or tok in ("x", "S", "S-x"):
-        return _leaf(state, tok)
-    if tok in PROPERTY_FUNCS:
-        return _property(state, tok)
-    if tok in QUANTIFIERS or tok == END:
+        out = _leaf(state, tok)
+    elif tok in PROPERTY_FUNCS:
+        out = _property(state, tok)
+    elif tok in QUANTIFIERS or tok == END:
         return _end(state, tok)
-    return _reduce(state, tok)
+    else:
+        out = _reduce(state, tok)
+    return out if out is not None and _can_join(out.stack) else None
+
+
+@lru_cache(maxsize=200_000)
+def _can_join(stack: tuple[Item, ...]) -> bool:
+    """Whether the stack's pending trees could still be joined into one bool of at most
+    `MAX_LEVELS` levels. The stack is bools, then at its top a run of operands waiting for
+    their operator, which can only end as one bool (`_run_level`). A postfix program can only
+    reduce at its top, so the bools below are joined one by one from the top down, each join
+    one level above the higher of its two trees."""
+    levels = [it.level for it in stack if it.kind == "B"]
+    run = tuple(it for it in stack if it.kind != "B")
+    root = _run_level(run) if run else levels.pop() if levels else 0
+    for level in reversed(levels):
+        root = 1 + max(level, root)
+    return root <= MAX_LEVELS
+
+
+def _run_level(run: tuple[Item, ...]) -> int:
+    """The lowest level of the bool a run of waiting operands can end as: a comparison's first
+    value and what is built of its second, or a set's property and its argument."""
+    head, rest = run[0], run[1:]
+    if head.kind == "V" and head.role == "first":
+        if rest:
+            second = _value_level(rest)
+        elif not head.const:
+            second = 1  # a constant
+        else:  # a constant is compared with an object's property, or with a count
+            second = 3 if head.vtype == "number" else 2
+        return 1 + max(head.level, second)
+    if head.kind == "P":  # all / any of the set's property and a value
+        return 1 + max(head.level, _value_level(rest) if rest else 1)
+    return 3  # x or S: a property, then a comparison or a set test
+
+
+def _value_level(items: tuple[Item, ...]) -> int:
+    """The lowest level of the value a partial operand ends as: x and a property (2), a
+    count over a set (3), or the value already there."""
+    head = items[0]
+    if head.kind == "V":
+        return head.level
+    if head.kind == "O":
+        return 2
+    if head.kind == "P" and len(items) > 1:
+        return 1 + max(head.level, _value_level(items[1:]))
+    return 3  # S, or a set's property: count= of a value
 
 
 @lru_cache(maxsize=200_000)
