@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from curi import validate
+from curi.atomic import remove
 from curi.errors import ConfigError
 from curi.models.learners import FALLBACK_POOLING
 from curi.oracles.model_score import TargetCache
@@ -64,13 +65,14 @@ def train_fallback(
         "num_workers": 0,
         "sampler": "loader",
     }
-    with tempfile.TemporaryDirectory(prefix="curi-pv-fallback-") as tmp:
+    tmp = Path(tempfile.mkdtemp(prefix="curi-pv-fallback-"))
+    try:
         # the training command reads its split by name or file: the learner's own one saved
         name = hold.name.replace(":", "-")
         split_file = save_split(
             Split(name, hold.train, hold.val, hold.test, hold.dropped),
             bank,
-            Path(tmp) / "split.json",
+            tmp / "split.json",
         )
         run = RunConfig.from_mapping(
             {
@@ -84,8 +86,10 @@ def train_fallback(
                 "device": "cpu",
             }
         )
-        summary = train(run, run_dir=Path(tmp) / "run", bank=bank, progress=False)
-        payload, _ = load_checkpoint(Path(tmp) / "run")  # best.pt: the best val mAP
+        summary = train(run, run_dir=tmp / "run", bank=bank, progress=False)
+        payload, _ = load_checkpoint(tmp / "run")  # best.pt: the best val mAP
+    finally:
+        remove(tmp, root=tmp.parent)  # the split file and the protonet's run folder
     return {
         "config": {**payload["config"], "split": name},  # the file is gone; its name stays
         "state_dict": payload["model"],
