@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from curi.concepts import QUANTIFIERS, parse
 from curi.grammar import MAX_DEPTH, RULES
-from curi.models.program_grammar import END, HOLE_VALUES, concept_text, start, step
+from curi.models.program_grammar import END, HOLE_VALUES, completes, concept_text
 from curi.rejection import static_rejection
 
 __all__ = ["GrammarProposer", "grammar_sketches"]
@@ -39,17 +39,6 @@ def _sketch_rules() -> dict[str, list[tuple[float, tuple[str, ...]]]]:
 
 
 _RULES = _sketch_rules()
-
-
-def _valid(tokens: tuple[str, ...]) -> bool:
-    """Whether a body + end sequence passes the token machine (the grammar's constant-only
-    rejection and depth included), so that every sketch the search fills parses."""
-    state = start()
-    for t in tokens:
-        state = step(state, t)
-        if state is None:
-            return False
-    return state.done
 
 
 def _kept(seq: tuple[str, ...]) -> bool:
@@ -82,7 +71,7 @@ def grammar_sketches(n: int) -> tuple[tuple[tuple[str, ...], float], ...]:
             out.append(pending.pop(0)[0])
         if not pending:
             seq = _as_sequence(out)
-            if seq is not None and seq not in seen and _valid(seq) and _kept(seq):
+            if seq is not None and seq not in seen and completes(seq) and _kept(seq):
                 seen[seq] = -neg
             continue
         (sym, depth), rest = pending[0], tuple(pending[1:])

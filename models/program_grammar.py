@@ -21,6 +21,7 @@ __all__ = [
     "TOKENS",
     "State",
     "allowed",
+    "completes",
     "concept_text",
     "start",
     "step",
@@ -267,6 +268,16 @@ def allowed(state: State, holes: bool) -> tuple[int, ...]:
         if step(state, tok) is not None:
             out.append(i)
     return tuple(out)
+
+
+def completes(tokens) -> bool:
+    """Whether the machine accepts `tokens` (a body, then its end) and finishes there."""
+    state = start()
+    for t in tokens:
+        state = step(state, t)
+        if state is None:
+            return False
+    return state.done
 
 
 def concept_text(tokens: list[str]) -> str:

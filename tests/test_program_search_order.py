@@ -24,7 +24,15 @@ from curi.executor import BitScenes
 from curi.grammar import RULES, sample_concepts
 from curi.models.program_decoder import ProgramProposer, scene_features
 from curi.models.program_enumerate import GrammarProposer, grammar_sketches
-from curi.models.program_grammar import END, HOLE_VALUES, TOKENS, concept_text, start, step
+from curi.models.program_grammar import (
+    END,
+    HOLE_VALUES,
+    TOKENS,
+    completes,
+    concept_text,
+    start,
+    step,
+)
 from curi.models.program_search import fill_holes
 from curi.models.propose_verify import ProposeVerify, Settings, load_universe
 from curi.models.propose_verify_train import fit_and_held, select_settings
@@ -34,16 +42,6 @@ from curi.scenes import COLORS, MATERIALS, SHAPES, SIZES
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _completes(tokens) -> bool:
-    """Whether the grammar machine accepts `tokens` and ends done."""
-    st = start()
-    for t in tokens:
-        st = step(st, t)
-        if st is None:
-            return False
-    return st.done
 
 
 def _every_filling(tokens) -> list[str]:
@@ -81,7 +79,7 @@ def test_grammar_sketches_are_distinct_ordered_and_complete():
     assert all(a >= b for a, b in itertools.pairwise(lps)), "log-probabilities rise somewhere"
     assert all(lp < 0 for lp in lps)
     for seq in seqs:
-        assert _completes(seq), seq
+        assert completes(seq), seq
         body, end = seq[:-1], seq[-1]
         assert end in QUANTIFIERS or end == END
         assert (end == END) == (not any(t in ("x", "S-x") for t in body)), seq
@@ -151,7 +149,7 @@ def test_every_likely_grammar_draw_is_among_the_sketches():
             continue
         seq = tuple(hole[CONSTANT_TYPES[t]] if t in CONSTANT_TYPES else t for t in body)
         seq += (toks[-1],) if any(t in ("x", "S-x") for t in body) else (END,)
-        if not _completes(seq):
+        if not completes(seq):
             assert toks[-1] == "for-all=" and "S-x" in body, seq  # the bank's static rule
             continue
         if static_rejection(parse(text)) is not None:
@@ -209,7 +207,7 @@ def test_beam_is_distinct_sorted_complete_and_scored_right(tiny_bank):
     assert len(set(seqs)) == len(seqs)
     assert all(a >= b for a, b in itertools.pairwise(lps))
     for seq, lp in got:
-        assert _completes(seq), seq
+        assert completes(seq), seq
         for text in fill_holes(seq, {}, 2000):
             parse(text)
         assert lp == pytest.approx(_seq_logp(model, feats, mask, lab, seq), abs=1e-3)
