@@ -76,3 +76,21 @@ def write_section(name: str, body: str, doc: Path = DOC) -> None:
     )
     doc.write_text(text)
     print(body)
+
+
+def replace_block(doc: Path, mark: str, body: str) -> None:
+    """Replace what stands between ``<!-- mark -->`` and ``<!-- /mark -->`` in `doc` with
+    `body` (written atomically).
+
+    Raises:
+        ValueError: `doc` has no such block.
+    """
+    from curi.atomic import write_text
+
+    text = doc.read_text()
+    start, end = f"<!-- {mark} -->", f"<!-- /{mark} -->"
+    if start not in text or end not in text:
+        raise ValueError(f"{doc} has no {start} ... {end} block to replace")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    write_text(doc, f"{head}{start}\n{body}\n{end}{tail}")

@@ -42,6 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _report import replace_block
 from gpu_headline import step_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -296,7 +297,6 @@ def fill(args, bank, todo, out: Path, t0: float, base: dict) -> list[dict]:
 
 def render(records: list[dict], doc: Path = FIDELITY) -> None:
     """Replace the marked block of docs/fidelity.md with every paper cell, measured or not."""
-    from curi.atomic import write_text
     from curi.oracles.paper import PAPER_BASELINES
 
     lines = [
@@ -326,13 +326,10 @@ def render(records: list[dict], doc: Path = FIDELITY) -> None:
                     f"| {modality} | {pooler} | {split} | {neg} | {m:.1f} ({len(rs)}) | {paper} "
                     f"| {m - mean:+.1f} | {budget} | {banks} | {commits} |"
                 )
-    text = doc.read_text()
-    start, end = f"<!-- {MARK} -->", f"<!-- /{MARK} -->"
-    if start not in text or end not in text:
-        raise TableError(f"{doc} has no {start} ... {end} block to replace")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    write_text(doc, f"{head}{start}\n" + "\n".join(lines) + f"\n{end}{tail}")
+    try:
+        replace_block(doc, MARK, "\n".join(lines))
+    except ValueError as e:
+        raise TableError(str(e)) from None
 
 
 def arguments(argv=None) -> argparse.Namespace:

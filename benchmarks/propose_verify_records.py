@@ -120,7 +120,7 @@ def append(record: dict, path: Path) -> None:
 def render(rows: list[dict], doc: Path = DOC, chart: Path = CHART) -> None:
     """Replace the marked block of docs/learners.md with the records (one table of the
     splits, one of the K curve) and draw the K curve."""
-    from curi.atomic import write_text
+    from _report import replace_block
 
     head = (
         "| learner | bank | split | K | episodes | mAP | CBA | strong | weak | share of strong "
@@ -136,12 +136,10 @@ def render(rows: list[dict], doc: Path = DOC, chart: Path = CHART) -> None:
             f"| {r['fallback_rate']:.2f} ({r['model_fallback_rate']:.2f}) "
             f"| {r['ms_per_episode']:.0f} |"
         )
-    text = doc.read_text()
-    start, end = f"<!-- {MARK} -->", f"<!-- /{MARK} -->"
-    if start not in text or end not in text:
-        raise SystemExit(f"{doc} has no {start} ... {end} block")
-    a, b = text.index(start) + len(start), text.index(end)
-    write_text(doc, text[:a] + "\n" + "\n".join(lines) + "\n" + text[b:])
+    try:
+        replace_block(doc, MARK, "\n".join(lines))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     _chart(rows, chart)
 
 
