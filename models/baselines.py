@@ -265,7 +265,6 @@ def _train_and_test(
 ) -> dict:
     """Train a run (resuming from its last checkpoint if one is there), then test its best
     checkpoint by val mAP; writes ``eval/metrics.json`` and ``eval/concepts.parquet``."""
-    import torch
 
     from curi.models.evaluate import evaluate_checkpoint, write_concepts, write_metrics
 
@@ -285,25 +284,46 @@ def _train_and_test(
     )
     write_metrics(metrics, r.dir / "eval" / "metrics.json")
     write_concepts(metrics["per_concept"], r.dir / "eval" / "concepts.parquet")
-    m = metrics["model"]
-    return {
-        "config": r.baseline.name,
-        "split": r.split,
-        "seed": r.seed,
+    described = {
         "modality": r.run.modality["name"],
         "pooling": r.run.pooling["name"],
         "alpha": r.baseline.alpha,
         "negatives": evaluation["negatives"],
-        "test_map": m["map"],
-        "test_cba": m["cba"],
-        "test_episodes": m["episodes"],
+    }
+    trained = {
         "best_val_map": summary["best_map"],
         "checkpoint_step": metrics["step"],
         "steps": summary["steps"],
+    }
+    return _result(r, described, metrics["model"], trained, spent, t1, summary["device"])
+
+
+def _result(
+    r: BaselineRun,
+    described: Mapping,
+    m: Mapping,
+    trained: Mapping,
+    spent: Mapping,
+    t1: float,
+    device: str,
+) -> dict:
+    """A run's row of results.json: what it is (`described`), its test metrics `m`, how it
+    was trained (`trained`), its times (`spent`; testing since `t1`) and where it ran."""
+    import torch
+
+    return {
+        "config": r.baseline.name,
+        "split": r.split,
+        "seed": r.seed,
+        **described,
+        "test_map": m["map"],
+        "test_cba": m["cba"],
+        "test_episodes": m["episodes"],
+        **trained,
         "train_seconds": round(spent["train_seconds"], 1),
         "train_cpu_seconds": round(spent["train_cpu_seconds"], 1),
         "eval_seconds": round(time.perf_counter() - t1, 1),
-        "device": summary["device"],
+        "device": device,
         "threads": torch.get_num_threads(),  # as the job ran: run.json's, set by the launcher
         "dir": str(r.dir),
     }
@@ -315,7 +335,6 @@ def _train_and_test_learner(r: BaselineRun, bank, evaluation: Mapping, *, progre
     training concepts (a trained run is tested without training again; an interrupted one
     trains again, as it keeps no partial checkpoint), then tested by `evaluate_run` on the
     sweep's test episodes; writes ``eval/metrics.json``."""
-    import torch
 
     from curi.episodes import EpisodeSpec
     from curi.models.propose_verify_train import evaluate_run, train_run
@@ -342,31 +361,22 @@ def _train_and_test_learner(r: BaselineRun, bank, evaluation: Mapping, *, progre
     write_text(r.dir / "eval" / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     history = summary.get("history") or [{"step": 0, "held_loss": 0.0}]
     fallback = summary.get("fallback") or {}
-    return {
-        "config": r.baseline.name,
-        "split": r.split,
-        "seed": r.seed,
+    described = {
         "learner": r.baseline.learner["name"],
         "modality": "schema",
         "pooling": fallback.get("pooling", "none"),  # of its fallback protonet
         "alpha": 0.0,
         "negatives": ev["negatives"],
-        "test_map": metrics["map"],
-        "test_cba": metrics["cba"],
-        "test_episodes": metrics["episodes"],
+    }
+    trained = {
         "best_val_map": None,  # chosen on held-out training concepts, never on val
         "checkpoint_step": int(min(history, key=lambda h: h["held_loss"])["step"]),
         "steps": int(r.baseline.learner["steps"]),
         "fallback_rate": metrics["fallback_rate"],
         "fallback_model_rate": metrics["fallback_model_rate"],
         "map_answered": metrics["map_answered"],
-        "train_seconds": round(spent["train_seconds"], 1),
-        "train_cpu_seconds": round(spent["train_cpu_seconds"], 1),
-        "eval_seconds": round(time.perf_counter() - t1, 1),
-        "device": "cpu",
-        "threads": torch.get_num_threads(),
-        "dir": str(r.dir),
     }
+    return _result(r, described, metrics, trained, spent, t1, "cpu")
 
 
 def run_baselines(
