@@ -417,3 +417,41 @@ def test_random_walks_under_the_mask_always_complete():
             if state.done:
                 break
         assert state.done, f"walk {walk} did not end within 60 tokens"
+
+
+def test_the_targets_table_takes_the_most_episodes_both_learners_have():
+    """One row a split: the largest episode count measured for both the learner and the
+    grammar-only reference; shares compared with the target, mAP with the weak oracle's."""
+    script = _records_script()
+
+    def rec(learner, split, n, m, weak=0.5):
+        return {
+            "learner": learner,
+            "bank": "default",
+            "split": split,
+            "negatives": "hard",
+            "k": 1024,
+            "episodes": n,
+            "map": m,
+            "map_weak": weak,
+            "share_of_strong": m,
+        }
+
+    rows = [
+        rec("propose_verify", "concept_iid", 500, 0.9),
+        rec("propose_verify", "concept_iid", 2000, 0.86),
+        rec("grammar_only", "concept_iid", 500, 0.6),
+        rec("grammar_only", "concept_iid", 2000, 0.5),
+        rec("propose_verify", "counting", 2000, 0.4),  # no reference at 2,000: 500 is shown
+        rec("propose_verify", "counting", 500, 0.45),
+        rec("grammar_only", "counting", 500, 0.3),
+        rec("propose_verify", "boolean", 500, 0.7),  # no reference at all
+    ]
+    lines = {r.split(" | ")[0].strip("| "): r for r in script.targets_table(rows).splitlines()}
+    assert lines["concept_iid"] == (
+        "| concept_iid | 2,000 | 0.86 (0.860) | 0.50 (0.500) | 0.500 | 0.85 | yes | yes | +0.360 |"
+    )
+    assert lines["counting"] == (
+        "| counting | 500 | 0.45 (0.450) | 0.30 (0.300) | 0.500 | 0.80 | no | no | +0.150 |"
+    )
+    assert "not measured" in lines["boolean"] and "not measured" in lines["complexity"]
