@@ -188,8 +188,8 @@ def targets_table(rows: list[dict], bank: str = "default", k: int = 1024) -> str
             else ("yes" if pv["map"] > pv["map_weak"] else "no")
         )
         lines.append(
-            f"| {split} | {n:,} | {pv['share_of_strong']:.2f} ({pv['map']:.3f}) "
-            f"| {go['share_of_strong']:.2f} ({go['map']:.3f}) | {pv['map_weak']:.3f} "
+            f"| {split} | {n:,} | {pv['share_of_strong']:.3f} ({pv['map']:.3f}) "
+            f"| {go['share_of_strong']:.3f} ({go['map']:.3f}) | {pv['map_weak']:.3f} "
             f"| {target:.2f} | {'yes' if pv['share_of_strong'] >= target else 'no'} | {above} "
             f"| {pv['map'] - go['map']:+.3f} |"
         )
