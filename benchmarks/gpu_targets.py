@@ -28,7 +28,7 @@ Stages, in this order, each timed; one the budget leaves no room for is skipped,
    `--test-episodes`) for at most `--headline-minutes` of training, at the rate measured in 4;
    its result is appended to `--results` as that cell's record;
 6. table: `gpu_table`'s cells in its order, each `--cell-minutes` of training, while the
-   budget has room for one more.
+   budget has room for one more (and at most `--max-cells` of them).
 
 On a CPU, ``--bank tiny --device cpu --minutes 1.5`` runs every stage at a tiny size (the CI
 test: tests/test_gpu_targets.py); CUDA figures come only from a GPU.
@@ -218,7 +218,7 @@ def table_stage(args, bank, todo, per_s: float, deadline: float, base: dict, out
         device=args.device, data_dir=args.data_dir, **_step_args(args.mode),
     )  # fmt: skip
     done, spent = [], []
-    for cell, seed in todo:
+    for cell, seed in todo[: args.max_cells]:
         need = statistics.median(spent) if spent else args.first_cell_s
         if time.perf_counter() + need > deadline:
             break
@@ -242,6 +242,7 @@ def arguments(argv=None) -> argparse.Namespace:
     ap.add_argument("--rate-seconds", type=float, default=None, help="steady state: 60 (CPU 3)")
     ap.add_argument("--headline-minutes", type=float, default=2.0, help="its training, at most")
     ap.add_argument("--cell-minutes", type=float, default=None, help="a cell's training: 1.5")
+    ap.add_argument("--max-cells", type=int, default=None, help="at most this many table cells")
     ap.add_argument("--test-episodes", type=int, default=None, help="20,000 (CPU 100)")
     ap.add_argument("--val-episodes", type=int, default=None, help="1,000 (CPU 16)")
     ap.add_argument("--calibration-steps", type=int, default=None, help="60 (CPU 6)")
@@ -255,6 +256,8 @@ def arguments(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if not (math.isfinite(args.minutes) and args.minutes > 0):
         raise TargetsError(f"--minutes must be a positive number, got {args.minutes}")
+    if args.max_cells is not None and args.max_cells < 0:
+        raise TargetsError(f"--max-cells must be 0 or more, got {args.max_cells}")
     cuda = args.device.startswith("cuda")
     defaults = {
         "batch": (1024, 8), "modes": (["graph", "compile_graph"], ["eager"]),

@@ -33,7 +33,10 @@ def _run(tiny_bank_dir, tmp_path, *args):
 
 def test_every_stage_runs_on_the_cpu_and_ends_in_one_summary(tiny_bank_dir, tmp_path):
     res, out = tmp_path / "res.json", tmp_path / "out"
-    args = ["--minutes", "0.8", "--headline-minutes", "0.1", "--results", str(res)]
+    # a budget far above a busy machine's time (the table capped instead), so that no stage is
+    # skipped for time: at load 15 the 0.8 minutes this had left no room for the headline
+    args = ["--minutes", "30", "--max-cells", "2", "--headline-minutes", "0.1"]
+    args += ["--results", str(res)]
     r = _run(tiny_bank_dir, tmp_path, *args, "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((out / "targets.json").read_text())
@@ -53,8 +56,16 @@ def test_every_stage_runs_on_the_cpu_and_ends_in_one_summary(tiny_bank_dir, tmp_
     assert records[0]["test_map"] == head["test_map"] and records[0]["commit"] == "abc123"
     for rec in records:
         assert set(REQUIRED) <= set(rec) and rec["bank"] == "tiny" and rec["seed"] == 0
+    assert len(summary["table"]["cells"]) == 2 and not summary["skipped"]
     assert len(records) == 1 + len(summary["table"]["cells"])
     assert set(summary["seconds"]) >= {"bank", "roofline", "calibration", "rate", "total"}
+
+
+def test_a_negative_cell_cap_is_one_line_before_any_work(tiny_bank_dir, tmp_path):
+    r = _run(tiny_bank_dir, tmp_path, "--max-cells", "-1", "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("gpu_targets.py: --max-cells must be 0 or more")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_bad_mode_is_one_line_before_any_work(tiny_bank_dir, tmp_path):
