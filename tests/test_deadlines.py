@@ -272,8 +272,9 @@ def guarded_tests(path: Path) -> list[str]:
 def test_the_guarded_tests_pass_beside_13_busy_loops(tmp_path):
     """The tests that carry deadlines, run as CI runs them (the project's pytest options: two
     workers, slow tests deselected), with `BUSY_LOOPS` processes spinning beside them. The inner
-    run's output goes to a log as it is written (its path printed first), so a run stopped
-    before its end still names the tests that failed so far."""
+    run's output goes to a log as it is written (its path printed first; -vv outweighs the
+    project's -q, so each test is named as it ends): a run stopped before its end still names
+    the tests that failed so far."""
     ids = [
         i for p in sorted(TESTS.glob("test_*.py")) if p != Path(__file__) for i in guarded_tests(p)
     ]
@@ -285,7 +286,7 @@ def test_the_guarded_tests_pass_beside_13_busy_loops(tmp_path):
     try:
         with log.open("w") as out:
             r = subprocess.run(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfE", "-v", *ids],
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfE", "-vv", *ids],
                 cwd=TESTS.parent,
                 stdout=out,
                 stderr=subprocess.STDOUT,
