@@ -1,98 +1,309 @@
-"""The learning-rate schedule at a fixed budget of episodes, on the CPU: the schema
-relation-net on the `default` bank's concept_iid split (hard negatives), trained for `--steps`
-steps of `--batch` episodes with the paper's constant rate and with warmup then cosine decay,
-for three seeds; the val mAP of each run at the end (and half-way).
+"""Training recipes at a fixed budget of episodes, on the CPU: the schema relation-net (the
+paper's model) on concept_iid with hard negatives, trained with each recipe of `RECIPES` for
+`--episodes` episodes and validated at `--points` points of the run, for each seed.
 
-    python benchmarks/bench_schedule.py [--steps 2000] [--batch 16] [--seeds 0 1 2] [--doc]
+    python benchmarks/bench_schedule.py [--recipes paper sqrt-256 ...] [--episodes 30000]
+        [--seeds 0 1 2] [--bank default] [--val-episodes 500] [--results FILE]
+    python benchmarks/bench_schedule.py --render [--results FILE]
+
+A recipe is a batch, a peak learning rate, a schedule (`curi.models.schedule`) and a warm-up
+as a share of the steps. The rates of batches other than the paper's 64 follow Adam's
+square-root rule (`scaled_lr`) except in ``same-lr-256``, which keeps the paper's rate to test
+that rule. Each finished run is added to `--results` at once (a JSON list, written atomically
+under a lock, so two processes can share it); runs already there are skipped, so an
+interrupted comparison resumes. ``--render`` writes the records' tables into
+docs/benchmarks.md (section ``recipes-cpu``) and their curves into
+docs/results/recipes_cpu.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-from _report import machine, write_section
+from _report import DOC, machine, write_section
 
-import curi
-from curi.models.config import RunConfig
-from curi.models.train import train
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results" / "recipes_cpu.json"
+CHART = RESULTS.with_suffix(".png")
+BASE_BATCH, BASE_LR = 64, 1e-3  # the paper's schema batch and rate (Appendix E)
+
+# name: (batch, square-root rule, schedule, warm-up share of the steps)
+RECIPES = {
+    "paper": (64, True, "constant", 0.0),
+    "cosine-64": (64, True, "cosine", 0.02),
+    "cosine-64-no-warmup": (64, True, "cosine", 0.0),
+    "sqrt-16": (16, True, "cosine", 0.02),
+    "sqrt-256": (256, True, "cosine", 0.02),  # gpu_headline.py's recipe
+    "same-lr-256": (256, False, "cosine", 0.02),
+}
+KEYS = ("bank", "split", "recipe", "episodes", "seed", "val_episodes")
+REQUIRED = (*KEYS, "batch", "lr", "schedule", "warmup_steps", "steps", "val_curve", "wall_s")
 
 
-def one_run(bank, schedule: str, seed: int, args, out: Path) -> dict:
+def recipe_train(name: str, episodes: int, points: int) -> dict:
+    """The ``train`` settings of recipe `name` for a budget of `episodes` episodes, validated at
+    `points` evenly spaced steps (the last one included)."""
+    from curi.models.schedule import scaled_lr
+
+    batch, sqrt_rule, schedule, warmup_share = RECIPES[name]
+    steps = max(1, episodes // batch)
+    every = max(1, steps // points)
+    return {
+        "steps": steps,
+        "batch_size": batch,
+        "lr": scaled_lr(BASE_LR, batch, BASE_BATCH) if sqrt_rule else BASE_LR,
+        "lr_schedule": schedule,
+        "warmup_steps": min(steps - 1, round(warmup_share * steps)) if warmup_share else 0,
+        "log_every": every,
+        "eval_every": every,
+        "checkpoint_every": steps,
+        "num_workers": 1,
+        "sampler": "device",
+    }
+
+
+def one_run(bank, name: str, seed: int, args) -> dict:
+    """Train recipe `name` with `seed` and return its record (the val curve by episodes)."""
+    from curi.models.config import RunConfig
+    from curi.models.train import train
+
+    settings = recipe_train(name, args.episodes, args.points) | {"val_episodes": args.val_episodes}
     run = RunConfig.from_mapping(
         {
             "bank": dict(bank.config),
-            "split": "concept_iid",
+            "split": args.split,
+            "negatives": "hard",
             "pooling": {"name": "relation_net"},
             "device": "cpu",
             "seed": seed,
-            "train": {
-                "steps": args.steps,
-                "batch_size": args.batch,
-                "lr": args.lr,
-                "lr_schedule": schedule,
-                "warmup_steps": args.warmup if schedule != "constant" else 0,
-                "log_every": 100,
-                "eval_every": args.steps // 2,
-                "checkpoint_every": args.steps,
-                "val_episodes": args.val_episodes,
-                "num_workers": 1,
-                "sampler": "device",
-            },
+            "train": settings,
         }
     )
     t = time.perf_counter()
-    summary = train(run, run_dir=out / f"{schedule}-{seed}", bank=bank, progress=False)
-    rows = [json.loads(x) for x in (out / f"{schedule}-{seed}" / "metrics.jsonl").open()]
-    val = {r["step"]: r["map"] for r in rows if r["tag"] == "val"}
-    return {"val": val, "best": summary["best_map"], "seconds": time.perf_counter() - t}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--val-episodes", type=int, default=500)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--doc", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    bank = curi.load_bank(curi.build_bank("default", progress=False))
-    out = Path(tempfile.mkdtemp(prefix="curi-schedule-"))
-    res = {
-        s: [one_run(bank, s, seed, args, out) for seed in args.seeds]
-        for s in ("constant", "cosine")
+    with tempfile.TemporaryDirectory(prefix="curi-recipe-") as tmp:
+        train(run, run_dir=Path(tmp) / "run", bank=bank, progress=False)
+        rows = [json.loads(x) for x in (Path(tmp) / "run" / "metrics.jsonl").open()]
+    batch = settings["batch_size"]
+    return {
+        "bank": bank.config["name"],
+        "split": args.split,
+        "recipe": name,
+        "episodes": args.episodes,
+        "seed": seed,
+        "val_episodes": args.val_episodes,
+        "batch": batch,
+        "lr": settings["lr"],
+        "schedule": settings["lr_schedule"],
+        "warmup_steps": settings["warmup_steps"],
+        "steps": settings["steps"],
+        "val_curve": [[r["step"] * batch, r["map"]] for r in rows if r["tag"] == "val"],
+        "wall_s": round(time.perf_counter() - t, 1),
+        "commit": _commit(),
+        "machine": machine(),
     }
-    half, end = args.steps // 2, args.steps
-    lines = [
-        f"Schema relation-net, `default` bank, concept_iid, hard negatives, {args.steps:,} steps "
-        f"of {args.batch} episodes ({args.steps * args.batch:,} episodes, lr {args.lr:g}; cosine: "
-        f"{args.warmup} warmup steps), val mAP on {args.val_episodes} val episodes, seeds "
-        f"{', '.join(map(str, args.seeds))} ({machine()}):",
-        "",
-        f"| schedule | val mAP at step {half:,} (per seed) | at step {end:,} (per seed) | mean at "
-        f"{end:,} | minutes per run |",
-        "|---|---|---|---|---|",
-    ]
-    for s, runs in res.items():
-        at_half = ", ".join(f"{r['val'][half]:.3f}" for r in runs)
-        at_end = ", ".join(f"{r['val'][end]:.3f}" for r in runs)
-        mean = statistics.fmean(r["val"][end] for r in runs)
-        minutes = statistics.median(r["seconds"] for r in runs) / 60
-        lines.append(f"| {s} | {at_half} | {at_end} | {mean:.3f} | {minutes:.1f} |")
-    body = "\n".join(lines)
-    if args.doc:
-        write_section("schedule-cpu", body)
-    else:
-        print(body)
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on `path`'s folder while the block runs (shared by processes)."""
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def read(path: Path) -> list[dict]:
+    """The records at `path` ([] if there is no file).
+
+    Raises:
+        SystemExit: the file does not parse, is not a list, or a record lacks a key.
+    """
+    if not path.exists():
+        return []
+    try:
+        rows = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path} is not JSON ({e}); nothing was written") from None
+    if not isinstance(rows, list):
+        raise SystemExit(f"{path} is not a JSON list; nothing was written")
+    for i, r in enumerate(rows):
+        missing = [k for k in REQUIRED if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise SystemExit(f"{path}: record {i} lacks {', '.join(missing)}; nothing was written")
+    return rows
+
+
+def append(record: dict, path: Path) -> None:
+    """Add `record` to the records at `path` (atomically, under a lock), replacing one with the
+    same `KEYS`."""
+    from curi.atomic import write_text
+
+    key = tuple(record[k] for k in KEYS)
+    with _locked(path):
+        rows = [r for r in read(path) if tuple(r[k] for k in KEYS) != key] + [record]
+        write_text(path, json.dumps(rows, indent=1) + "\n")
+
+
+def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Records by (bank, split, episodes, val_episodes, recipe), in `RECIPES` order."""
+    order = {name: i for i, name in enumerate(RECIPES)}
+    out: dict[tuple, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["episodes"], order.get(r["recipe"], 99), r["seed"])):
+        out.setdefault((r["bank"], r["split"], r["episodes"], r["val_episodes"], r["recipe"]), []).append(r)
+    return out
+
+
+def _mean_sd(xs: list[float]) -> str:
+    if len(xs) == 1:
+        return f"{xs[0]:.3f}"
+    return f"{statistics.fmean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def _at(curve: list[list], share: float, episodes: int) -> float:
+    """The val mAP of the last validation at or before `share` of the budget."""
+    done = [m for e, m in curve if e <= share * episodes + 1e-9]
+    return done[-1] if done else float("nan")
+
+
+def tables(rows: list[dict]) -> str:
+    """One table per (bank, split, budget): each recipe's val mAP at a quarter, half and the end
+    of the budget (mean ± sd over its seeds), the best point, and minutes per run."""
+    budgets: dict[tuple, list[tuple]] = {}
+    for key, runs in _groups(rows).items():
+        budgets.setdefault(key[:4], []).append((key[4], runs))
+    out = []
+    for (bank, split, episodes, val_episodes), recipes in budgets.items():
+        out += [
+            f"**{episodes:,} episodes**, `{bank}` bank, {split}, hard negatives; val mAP on "
+            f"{val_episodes:,} val episodes (mean ± sd over seeds):",
+            "",
+            "| recipe | batch | lr | schedule, warm-up | seeds | at 1/4 | at 1/2 | at the end "
+            "| end, per seed | best point | min per run |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, runs in recipes:
+            r0 = runs[0]
+            warm = f"{r0['warmup_steps']} steps" if r0["warmup_steps"] else "none"
+            at = [[_at(r["val_curve"], s, episodes) for r in runs] for s in (0.25, 0.5, 1.0)]
+            best = [max(m for _, m in r["val_curve"]) for r in runs]
+            minutes = statistics.median(r["wall_s"] for r in runs) / 60
+            seeds = ", ".join(str(r["seed"]) for r in runs)
+            out.append(
+                f"| {name} | {r0['batch']} | {r0['lr']:.2g} | {r0['schedule']}, {warm} | {seeds} "
+                f"| {_mean_sd(at[0])} | {_mean_sd(at[1])} | **{_mean_sd(at[2])}** "
+                f"| {', '.join(f'{m:.3f}' for m in at[2])} | {_mean_sd(best)} | {minutes:.1f} |"
+            )
+        out.append("")
+    commits = sorted({r.get("commit", "unknown") for r in rows})
+    machines = sorted({r.get("machine", "unknown") for r in rows})
+    out.append(f"Measured at commit {', '.join(commits)} on {'; '.join(machines)}.")
+    return "\n".join(out)
+
+
+def chart(rows: list[dict], path: Path = CHART) -> None:
+    """Mean val mAP against episodes, one panel per budget, one line per recipe."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = _groups(rows)
+    budgets = sorted({key[2] for key in groups})
+    fig, axes = plt.subplots(1, len(budgets), figsize=(5.5 * len(budgets), 4), squeeze=False)
+    for ax, episodes in zip(axes[0], budgets, strict=True):
+        for key, runs in groups.items():
+            if key[2] != episodes:
+                continue
+            xs = [e for e, _ in runs[0]["val_curve"]]
+            curves = [[m for _, m in r["val_curve"]] for r in runs if len(r["val_curve"]) == len(xs)]
+            ys = [statistics.fmean(c) for c in zip(*curves, strict=True)]
+            ax.plot(xs, ys, "o-", ms=3, label=f"{key[4]} ({len(curves)} seeds)")
+        ax.set_xlabel("training episodes")
+        ax.set_ylabel("val mAP")
+        ax.set_title(f"{episodes:,}-episode budget")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def render(rows: list[dict], doc: Path = DOC, chart_path: Path = CHART) -> None:
+    if not rows:
+        raise SystemExit("no records to render")
+    write_section("recipes-cpu", tables(rows), doc)
+    chart(rows, chart_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
+    ap.add_argument("--episodes", type=int, default=30_000, help="training episodes per run")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--points", type=int, default=10, help="validations per run")
+    ap.add_argument("--val-episodes", type=int, default=500)
+    ap.add_argument("--bank", default="default", help="a preset name or a bank folder")
+    ap.add_argument("--split", default="concept_iid")
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--render", action="store_true", help="only render the records")
+    args = ap.parse_args(argv)
+    rows = read(args.results)  # refuse a broken file before any training
+    if args.render:
+        render(rows)
+        return 0
+    if args.episodes < 256 or args.points < 1 or args.val_episodes < 1:
+        ap.error("--episodes must be at least 256 (one step of the largest batch), "
+                 "--points and --val-episodes at least 1")
+
+    import torch
+
+    from curi.bank import load_bank
+    from curi.bank_config import default_data_dir
+
+    torch.set_num_threads(1)
+    path = Path(args.bank)
+    if not path.is_dir():
+        import curi
+
+        path = curi.build_bank(args.bank, progress=False)
+    bank = load_bank(path)
+    for name in args.recipes:
+        for seed in args.seeds:
+            key = (bank.config["name"], args.split, name, args.episodes, seed, args.val_episodes)
+            if any(tuple(r[k] for k in KEYS) == key for r in read(args.results)):
+                print(f"{name} seed {seed}: recorded, skipped", flush=True)
+                continue
+            rec = one_run(bank, name, seed, args)
+            append(rec, args.results)
+            end = rec["val_curve"][-1][1]
+            print(f"{name} seed {seed}: val mAP {end:.3f} at the end, {rec['wall_s']:.0f} s",
+                  flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
