@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 
 from _report import DOC, machine, write_section
+from gpu_headline import BASE_BATCH, BASE_LR
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "recipes_cpu.json"
 CHART = RESULTS.with_suffix(".png")
-BASE_BATCH, BASE_LR = 64, 1e-3  # the paper's schema batch and rate (Appendix E)
 
 # name: (batch, square-root rule, schedule, warm-up share of the steps)
 RECIPES = {
@@ -174,7 +174,9 @@ def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
     order = {name: i for i, name in enumerate(RECIPES)}
     out: dict[tuple, list[dict]] = {}
     for r in sorted(rows, key=lambda r: (r["episodes"], order.get(r["recipe"], 99), r["seed"])):
-        out.setdefault((r["bank"], r["split"], r["episodes"], r["val_episodes"], r["recipe"]), []).append(r)
+        out.setdefault(
+            (r["bank"], r["split"], r["episodes"], r["val_episodes"], r["recipe"]), []
+        ).append(r)
     return out
 
 
@@ -240,7 +242,9 @@ def chart(rows: list[dict], path: Path = CHART) -> None:
             if key[2] != episodes:
                 continue
             xs = [e for e, _ in runs[0]["val_curve"]]
-            curves = [[m for _, m in r["val_curve"]] for r in runs if len(r["val_curve"]) == len(xs)]
+            curves = [
+                [m for _, m in r["val_curve"]] for r in runs if len(r["val_curve"]) == len(xs)
+            ]
             ys = [statistics.fmean(c) for c in zip(*curves, strict=True)]
             ax.plot(xs, ys, "o-", ms=3, label=f"{key[4]} ({len(curves)} seeds)")
         ax.set_xlabel("training episodes")
@@ -276,21 +280,18 @@ def main(argv: list[str] | None = None) -> int:
         render(rows)
         return 0
     if args.episodes < 256 or args.points < 1 or args.val_episodes < 1:
-        ap.error("--episodes must be at least 256 (one step of the largest batch), "
-                 "--points and --val-episodes at least 1")
+        ap.error(
+            "--episodes must be at least 256 (one step of the largest batch), "
+            "--points and --val-episodes at least 1"
+        )
 
     import torch
 
-    from curi.bank import load_bank
-    from curi.bank_config import default_data_dir
+    import curi
 
     torch.set_num_threads(1)
-    path = Path(args.bank)
-    if not path.is_dir():
-        import curi
-
-        path = curi.build_bank(args.bank, progress=False)
-    bank = load_bank(path)
+    path = Path(args.bank)  # a bank folder, or a preset built if missing
+    bank = curi.load_bank(path if path.is_dir() else curi.build_bank(args.bank, progress=False))
     for name in args.recipes:
         for seed in args.seeds:
             key = (bank.config["name"], args.split, name, args.episodes, seed, args.val_episodes)
@@ -300,8 +301,10 @@ def main(argv: list[str] | None = None) -> int:
             rec = one_run(bank, name, seed, args)
             append(rec, args.results)
             end = rec["val_curve"][-1][1]
-            print(f"{name} seed {seed}: val mAP {end:.3f} at the end, {rec['wall_s']:.0f} s",
-                  flush=True)
+            print(
+                f"{name} seed {seed}: val mAP {end:.3f} at the end, {rec['wall_s']:.0f} s",
+                flush=True,
+            )
     return 0
 
 

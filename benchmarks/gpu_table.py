@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from _report import replace_block
-from gpu_headline import step_settings
+from gpu_headline import BASE_BATCH, BASE_LR, step_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "baselines_measured.json"
@@ -54,7 +54,6 @@ REQUIRED = (
     "batch", "steps", "episodes", "wall_s", "test_s", "val_curve", "test_map", "test_cba",
 )  # fmt: skip
 SEEDS = 3  # the paper's training runs per cell
-BASE_BATCH, BASE_LR = 64, 1e-3  # the paper's schema batch and rate (Appendix E)
 VALIDATIONS = 8
 
 

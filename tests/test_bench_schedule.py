@@ -50,10 +50,21 @@ def test_recipes_follow_the_square_root_rule_except_the_control(bench):
 def _record(bench, recipe, seed, curve, **kw):
     batch = bench.RECIPES[recipe][0]
     return {
-        "bank": "default", "split": "concept_iid", "recipe": recipe, "episodes": 1000,
-        "seed": seed, "val_episodes": 50, "batch": batch, "lr": 1e-3, "schedule": "cosine",
-        "warmup_steps": 0, "steps": 1000 // batch, "val_curve": curve, "wall_s": 60.0,
-        "commit": "abc1234", "machine": "test host",
+        "bank": "default",
+        "split": "concept_iid",
+        "recipe": recipe,
+        "episodes": 1000,
+        "seed": seed,
+        "val_episodes": 50,
+        "batch": batch,
+        "lr": 1e-3,
+        "schedule": "cosine",
+        "warmup_steps": 0,
+        "steps": 1000 // batch,
+        "val_curve": curve,
+        "wall_s": 60.0,
+        "commit": "abc1234",
+        "machine": "test host",
     } | kw
 
 
@@ -63,16 +74,35 @@ def test_the_table_reads_each_share_of_the_budget_and_the_seeds_spread(bench):
     rows = [_record(bench, "paper", 0, curve0), _record(bench, "paper", 1, curve1)]
     row = next(line for line in bench.tables(rows).splitlines() if line.startswith("| paper"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[4:9] == ["0, 1", "0.150 ± 0.071", "0.300 ± 0.141", "**0.500 ± 0.141**",
-                          "0.400, 0.600"]
+    assert cells[4:9] == [
+        "0, 1",
+        "0.150 ± 0.071",
+        "0.300 ± 0.141",
+        "**0.500 ± 0.141**",
+        "0.400, 0.600",
+    ]
     assert cells[9] == "0.500 ± 0.141" and cells[10] == "1.0"
     assert "abc1234" in bench.tables(rows)
 
 
 def test_a_recipe_run_is_recorded_then_skipped_and_rendered(tiny_bank_dir, tmp_path, bench):
     results = tmp_path / "r.json"
-    args = ["--bank", tiny_bank_dir, "--recipes", "sqrt-256", "--episodes", 256, "--seeds", 0,
-            "--points", 1, "--val-episodes", 8, "--results", results]
+    args = [
+        "--bank",
+        tiny_bank_dir,
+        "--recipes",
+        "sqrt-256",
+        "--episodes",
+        256,
+        "--seeds",
+        0,
+        "--points",
+        1,
+        "--val-episodes",
+        8,
+        "--results",
+        results,
+    ]
     first = _run(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     (rec,) = json.loads(results.read_text())
@@ -93,7 +123,11 @@ def test_a_recipe_run_is_recorded_then_skipped_and_rendered(tiny_bank_dir, tmp_p
 
 @pytest.mark.parametrize(
     "content, said",
-    [("{not json", "is not JSON"), ('{"a": 1}', "is not a JSON list"), ('[{"bank": "x"}]', "lacks")],
+    [
+        ("{not json", "is not JSON"),
+        ('{"a": 1}', "is not a JSON list"),
+        ('[{"bank": "x"}]', "lacks"),
+    ],
 )
 def test_a_broken_results_file_is_refused_in_one_line_and_kept(tmp_path, content, said):
     results = tmp_path / "r.json"
