@@ -246,7 +246,8 @@ def chart(rows: list[dict], path: Path = CHART) -> None:
                 [m for _, m in r["val_curve"]] for r in runs if len(r["val_curve"]) == len(xs)
             ]
             ys = [statistics.fmean(c) for c in zip(*curves, strict=True)]
-            ax.plot(xs, ys, "o-", ms=3, label=f"{key[4]} ({len(curves)} seeds)")
+            seeds = f"{len(curves)} seed" + ("s" if len(curves) > 1 else "")
+            ax.plot(xs, ys, "o-", ms=3, label=f"{key[4]} ({seeds})")
         ax.set_xlabel("training episodes")
         ax.set_ylabel("val mAP")
         ax.set_title(f"{episodes:,}-episode budget")
