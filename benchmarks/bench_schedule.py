@@ -193,8 +193,9 @@ def _at(curve: list[list], share: float, episodes: int) -> float:
 
 
 def tables(rows: list[dict]) -> str:
-    """One table per (bank, split, budget): each recipe's val mAP at a quarter, half and the end
-    of the budget (mean ± sd over its seeds), the best point, and minutes per run."""
+    """Two tables per (bank, split, budget): each recipe's val mAP at a quarter, half and the
+    end of the budget (mean ± sd over its seeds), the best point and minutes per run; then its
+    curve, the mean val mAP at each tenth of the budget."""
     budgets: dict[tuple, list[tuple]] = {}
     for key, runs in _groups(rows).items():
         budgets.setdefault(key[:4], []).append((key[4], runs))
@@ -220,6 +221,19 @@ def tables(rows: list[dict]) -> str:
                 f"| {_mean_sd(at[0])} | {_mean_sd(at[1])} | **{_mean_sd(at[2])}** "
                 f"| {', '.join(f'{m:.3f}' for m in at[2])} | {_mean_sd(best)} | {minutes:.1f} |"
             )
+        tenths = [k / 10 for k in range(1, 11)]
+        out += [
+            "",
+            "| curve: mean val mAP at | "
+            + " | ".join(f"{s * episodes:,.0f}" for s in tenths)
+            + " |",
+            "|---" * 11 + "|",
+        ]
+        for name, runs in recipes:
+            means = [
+                statistics.fmean(_at(r["val_curve"], s, episodes) for r in runs) for s in tenths
+            ]
+            out.append(f"| {name} | " + " | ".join(f"{m:.3f}" for m in means) + " |")
         out.append("")
     commits = sorted({r.get("commit", "unknown") for r in rows})
     machines = sorted({r.get("machine", "unknown") for r in rows})

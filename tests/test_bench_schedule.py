@@ -83,6 +83,22 @@ def test_the_table_reads_each_share_of_the_budget_and_the_seeds_spread(bench):
     ]
     assert cells[9] == "0.500 ± 0.141" and cells[10] == "1.0"
     assert "abc1234" in bench.tables(rows)
+    *_, curve = (line for line in bench.tables(rows).splitlines() if line.startswith("| paper |"))
+    assert "| curve: mean val mAP at | 100 | 200 |" in bench.tables(rows)
+    # tenths 1-2 precede the first validation (250); 3-4 read it, 5-7 the second, ...
+    cells = [c.strip() for c in curve.strip("|").split("|")]
+    assert cells[1:] == [
+        "nan",
+        "nan",
+        "0.150",
+        "0.150",
+        "0.300",
+        "0.300",
+        "0.300",
+        "0.400",
+        "0.400",
+        "0.500",
+    ]
 
 
 def test_a_recipe_run_is_recorded_then_skipped_and_rendered(tiny_bank_dir, tmp_path, bench):
