@@ -294,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         render(rows)
         return 0
+    if not os.access(args.results.parent, os.W_OK | os.X_OK):
+        raise SystemExit(f"{args.results.parent} is not a writable folder; nothing was trained")
     if args.episodes < 256 or args.points < 1 or args.val_episodes < 1:
         ap.error(
             "--episodes must be at least 256 (one step of the largest batch), "

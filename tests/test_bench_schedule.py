@@ -153,3 +153,11 @@ def test_a_broken_results_file_is_refused_in_one_line_and_kept(tmp_path, content
     assert len(got.stderr.strip().splitlines()) == 1
     assert results.read_text() == content
     assert not (tmp_path / "default").exists()  # refused before any bank was built
+
+
+def test_a_results_file_in_a_missing_folder_is_refused_before_training(tmp_path):
+    results = tmp_path / "no" / "r.json"
+    got = _run("--results", results, "--episodes", 256, env={"CURI_DATA_DIR": str(tmp_path)})
+    assert got.returncode != 0 and "is not a writable folder" in got.stderr
+    assert len(got.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "no").exists() and not (tmp_path / "default").exists()
