@@ -8,10 +8,12 @@ import platform
 import re
 import resource
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
 FIDELITY = DOC.with_name("fidelity.md")
 
 
@@ -32,6 +34,22 @@ def machine() -> str:
         f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM; Python {platform.python_version()}, "
         f"numpy {numpy.__version__}, torch {torch.__version__}"
     )
+
+
+def git_commit(short: int | None = None) -> str | None:
+    """The checkout's HEAD commit, abbreviated to at least `short` hex digits (git's default
+    when None), or None where there is no git history (a copy of the tree)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short" if short is None else f"--short={short}", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def median_time(fn, repeats: int = 5) -> float:

@@ -24,13 +24,12 @@ import fcntl
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _report import DOC, machine, write_section
+from _report import DOC, git_commit, machine, write_section
 from gpu_headline import BASE_BATCH, BASE_LR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,22 +107,9 @@ def one_run(bank, name: str, seed: int, args) -> dict:
         "steps": settings["steps"],
         "val_curve": [[r["step"] * batch, r["map"]] for r in rows if r["tag"] == "val"],
         "wall_s": round(time.perf_counter() - t, 1),
-        "commit": _commit(),
+        "commit": git_commit() or "unknown",
         "machine": machine(),
     }
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 @contextlib.contextmanager

@@ -36,13 +36,12 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _report import replace_block
+from _report import git_commit, replace_block
 from gpu_headline import BASE_BATCH, BASE_LR, step_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,19 +135,10 @@ def check_bank(records: list[dict], bank_name: str, digest: str, path: Path) -> 
 def commit(given: str | None) -> str:
     if given:
         return given
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except OSError:
-        out = None
-    if out is None or out.returncode:
+    found = git_commit(short=12)
+    if found is None:
         raise TableError("no git history here: give the code's commit with --commit")
-    return out.stdout.strip()
+    return found
 
 
 def next_cells(order, records: list[dict], bank: str) -> list[tuple[tuple[str, str, str], int]]:

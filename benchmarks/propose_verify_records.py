@@ -23,7 +23,6 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,6 +81,8 @@ def build_learner(name: str, bank, checkpoint: str | None, negatives: str, k: in
 def measure(learner, name: str, bank, split: str, negatives: str, k: int, episodes: int) -> dict:
     """One record: the learner's mAP and CBA and the oracles' on episodes 0..N-1 of the
     seed-0 test stream, its recall at K, fallback rates and time per episode."""
+    from _report import git_commit
+
     from curi.episodes import EpisodeSpec
     from curi.models.propose_verify_train import evaluate_learner
 
@@ -102,21 +103,8 @@ def measure(learner, name: str, bank, split: str, negatives: str, k: int, episod
         "map_answered": got["map_answered"],
         "ms_per_episode": got["ms_per_episode"],
         "wall_s": time.perf_counter() - t0,
-        "commit": _commit(),
+        "commit": git_commit() or "unknown",
     }
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def append(record: dict, path: Path) -> None:

@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -350,6 +351,8 @@ def test_select_settings_takes_the_grid_point_of_highest_hit_mass(tiny_bank, rev
 
 # --- the records of the measurement script -------------------------------------------------------
 def _records_script():
+    if str(ROOT / "benchmarks") not in sys.path:  # the script imports its helpers (_report)
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(
         "propose_verify_records", ROOT / "benchmarks" / "propose_verify_records.py"
     )
